@@ -1,0 +1,43 @@
+"""Typed errors. Every refusal names the problem; none is a bare ValueError."""
+
+
+class MXRefError(Exception):
+    """Base class of every error mxref raises on purpose."""
+
+
+class UnknownFormatError(MXRefError, KeyError):
+    """A format name that is not in :data:`mxref.FORMATS`."""
+
+    def __str__(self) -> str:  # KeyError would repr() the message
+        return str(self.args[0]) if self.args else ""
+
+
+class UnknownProfileError(MXRefError, KeyError):
+    """A profile name that is not in :data:`mxref.PROFILES`."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class UnsupportedDtypeError(MXRefError, TypeError):
+    """An input dtype the reference does not accept (or accepts only with an explicit choice)."""
+
+
+class AmbiguousInputError(MXRefError, TypeError):
+    """Raw integer bit patterns passed without saying which float format they encode."""
+
+
+class AxisError(MXRefError, ValueError):
+    """A block axis outside the input's dimensions."""
+
+
+class BlockSizeError(MXRefError, ValueError):
+    """A block size the format does not allow, or a ragged block the profile refuses."""
+
+
+class ProfileConflictError(MXRefError, ValueError):
+    """Profile knobs that contradict each other or the format they are used with."""
+
+
+class ShapeError(MXRefError, ValueError):
+    """Arrays whose shapes do not fit together (codes vs scales, layouts)."""

@@ -1,0 +1,252 @@
+"""Semantic profiles: every implementation-defined choice, in one named place.
+
+Like SoftFloat's "specialization" directories, a `Profile` fixes each knob where MX stacks
+disagree; the kernels read the profile's knobs and never a stack's name. Each named profile
+documents where its behaviour comes from (the divergence numbers refer to
+shared/research/mx_anchors.md section B) and which vectors tell it apart from ``ocp``.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+
+from .errors import ProfileConflictError, UnknownProfileError
+
+__all__ = ["Profile", "PROFILES", "get_profile", "SCALE_RULES", "ROUNDINGS"]
+
+SCALE_RULES = ("floor", "rceil", "ceil", "even", "round_down")
+ROUNDINGS = ("rne", "ties_away", "ties_zero", "stochastic")
+OVERFLOWS = ("saturate", "nonsaturating")
+NAN_POLICIES = ("poison", "ignore")          # poison: scale 0xFF; ignore: amax skips NaN (TE)
+INF_POLICIES = ("poison", "scale_max")       # scale_max: Inf amax -> 0xFE (TE satfinite)
+SIGNED_ZERO = ("preserve", "input_neg_zero_to_pos", "never_negative")
+RCEIL_SUBNORMAL = ("exact", "any_up")        # any_up: triton_kernels bits + 0x7FFFFF (B5)
+SCALE_OVERFLOW = ("clamp", "nan")            # shared exponent > 127: clamp (OCP) or NaN (microxcaling)
+RAGGED = ("zero_pad", "error")
+NVFP4_ORDERS = ("exact", "te", "torchao")
+NVFP4_SCALE_MIN = ("subnormal", "tiny")      # tiny: clamp the E4M3 block scale to >= 2^-6 (torchao)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """All knobs of an MX / NVFP4 quantization. Defaults are the canonical OCP semantics."""
+
+    name: str
+    description: str = ""
+    source: str = ""
+    scale_rule: str = "floor"
+    rounding: str = "rne"
+    overflow: str = "saturate"
+    nan_in_block: str = "poison"
+    inf_in_block: str = "poison"
+    signed_zero: str = "preserve"
+    flush_fp32_subnormals: bool = False
+    block_size: int | None = None      # None: the format's own (32 MX, 16 NVFP4)
+    block_axis: int = -1
+    ragged: str = "zero_pad"
+    rceil_subnormal: str = "exact"
+    scale_overflow: str = "clamp"
+    nvfp4_order: str = "exact"
+    nvfp4_scale_min: str = "subnormal"
+    nvfp4_tensor_scale: bool = True
+    formats: tuple | None = None       # formats the source stack defines; None: every format
+    distinguishing: tuple = field(default_factory=tuple)  # prose: vectors that tell it from ocp
+
+    def __post_init__(self):
+        for knob, allowed in (("scale_rule", SCALE_RULES), ("rounding", ROUNDINGS),
+                              ("overflow", OVERFLOWS), ("nan_in_block", NAN_POLICIES),
+                              ("inf_in_block", INF_POLICIES), ("signed_zero", SIGNED_ZERO),
+                              ("ragged", RAGGED), ("rceil_subnormal", RCEIL_SUBNORMAL),
+                              ("scale_overflow", SCALE_OVERFLOW), ("nvfp4_order", NVFP4_ORDERS),
+                              ("nvfp4_scale_min", NVFP4_SCALE_MIN)):
+            value = getattr(self, knob)
+            if value not in allowed:
+                raise ProfileConflictError(
+                    f"profile {self.name!r}: {knob}={value!r} is not one of {allowed}")
+        if self.rceil_subnormal != "exact" and self.scale_rule != "rceil":
+            raise ProfileConflictError(
+                f"profile {self.name!r}: rceil_subnormal={self.rceil_subnormal!r} only applies "
+                f"to scale_rule='rceil', not {self.scale_rule!r}")
+        if self.nan_in_block == "ignore" and self.inf_in_block == "poison":
+            raise ProfileConflictError(
+                f"profile {self.name!r}: nan_in_block='ignore' with inf_in_block='poison' "
+                "has no source stack; ignoring NaN while poisoning on Inf is contradictory")
+        if self.block_size is not None and (not isinstance(self.block_size, int)
+                                            or self.block_size < 1):
+            raise ProfileConflictError(
+                f"profile {self.name!r}: block_size must be a positive int, got {self.block_size!r}")
+
+    def replace(self, **knobs) -> "Profile":
+        """A copy with some knobs changed (validated again)."""
+        return replace(self, **knobs)
+
+    def knobs(self) -> dict:
+        d = asdict(self)
+        d["distinguishing"] = list(self.distinguishing)
+        d["formats"] = None if self.formats is None else list(self.formats)
+        return d
+
+    def check_format(self, fmt) -> None:
+        """Refuse knob/format combinations that cannot mean anything."""
+        el = fmt.element
+        if self.formats is not None and fmt.name not in self.formats:
+            raise ProfileConflictError(
+                f"profile {self.name!r} is defined only for {', '.join(self.formats)}, "
+                f"not {fmt.name}")
+        if self.overflow == "nonsaturating" and el.nan_code is None:
+            raise ProfileConflictError(
+                f"profile {self.name!r}: overflow='nonsaturating' needs a format with NaN or Inf; "
+                f"{fmt.name} ({el.name}) has neither")
+        if fmt.is_nvfp4 and self.scale_rule != "floor":
+            raise ProfileConflictError(
+                f"profile {self.name!r}: scale_rule={self.scale_rule!r} is an E8M0 rule; NVFP4 "
+                "block scales are E4M3 values chosen by nvfp4_order")
+
+    def kernel_params(self) -> np.ndarray:
+        p = np.zeros(12, dtype=np.int64)
+        p[K_SCALE_RULE] = SCALE_RULES.index(self.scale_rule)
+        p[K_ROUNDING] = ROUNDINGS.index(self.rounding)
+        p[K_OVERFLOW] = OVERFLOWS.index(self.overflow)
+        p[K_NAN] = NAN_POLICIES.index(self.nan_in_block)
+        p[K_INF] = INF_POLICIES.index(self.inf_in_block)
+        p[K_SZERO] = SIGNED_ZERO.index(self.signed_zero)
+        p[K_FLUSH] = int(self.flush_fp32_subnormals)
+        p[K_RCEIL_SUB] = RCEIL_SUBNORMAL.index(self.rceil_subnormal)
+        p[K_SCALE_OVF] = SCALE_OVERFLOW.index(self.scale_overflow)
+        p[K_NV_ORDER] = NVFP4_ORDERS.index(self.nvfp4_order)
+        p[K_NV_MIN] = NVFP4_SCALE_MIN.index(self.nvfp4_scale_min)
+        p[K_NV_TSCALE] = int(self.nvfp4_tensor_scale)
+        return p
+
+
+(K_SCALE_RULE, K_ROUNDING, K_OVERFLOW, K_NAN, K_INF, K_SZERO, K_FLUSH, K_RCEIL_SUB, K_SCALE_OVF,
+ K_NV_ORDER, K_NV_MIN, K_NV_TSCALE) = range(12)
+
+_OCP = Profile(
+    "ocp",
+    description="Canonical OCP MX v1.0: floor scale (6.3), RNE, saturate to max normal, any "
+                "NaN/Inf in a block -> scale 0xFF, -0 kept, exponent clamped to [-127, 127]. "
+                "For NVFP4: exact single rounding of every scale and element, E4M3 subnormal "
+                "block scales allowed.",
+    source="OCP MX v1.0 section 6.3 and the MX paper's Algorithm 1",
+)
+
+PROFILES: dict[str, Profile] = {p.name: p for p in (
+    _OCP,
+    _OCP.replace(
+        name="rceil",
+        description="OCP with the NVIDIA round-up scale rule: X = 2^ceil(log2(amax / max_elem)).",
+        source="cuBLAS/cuDNN block scaling docs; B1",
+        scale_rule="rceil",
+        distinguishing=("mxfp8_e4m3 block amax 480: ocp scale 0x7F (480->448), rceil 0x80 (exact 240)",)),
+    _OCP.replace(
+        name="torchao_floor",
+        description="torchao mx_formats to_mx, ScaleCalculationMode.FLOOR (default). Matches ocp "
+                    "bit for bit on scales and finite codes; NaN/Inf block -> 0xFF.",
+        source="pytorch/ao torchao/prototype/mx_formats/mx_tensor.py::to_mx",
+        formats=("mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4"),
+        distinguishing=("none on finite data; NaN-block element bytes differ (don't-care)",)),
+    _OCP.replace(
+        name="torchao_rceil",
+        description="torchao to_mx ScaleCalculationMode.RCEIL (the cuBLAS algorithm).",
+        source="torchao mx_tensor.py::_to_mx_rceil; B1, B5",
+        scale_rule="rceil",
+        formats=("mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4"),
+        distinguishing=("mxfp4 block {7.0, 0.25}: scale 0x80, 7 -> 8 (code 0x6)",)),
+    _OCP.replace(
+        name="torchao_ceil",
+        description="torchao ScaleCalculationMode.CEIL: ceil(log2 amax) - emax_elem.",
+        source="torchao mx_tensor.py (mantissa_gt_one branch); B2",
+        scale_rule="ceil",
+        formats=("mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4"),
+        distinguishing=("mxfp8_e4m3 amax 300: ceil 2^1 (0x80), rceil 2^0 (0x7F)",)),
+    _OCP.replace(
+        name="torchao_even",
+        description="torchao / AMD Quark EVEN: round amax to the element mantissa width (ties up), "
+                    "then floor.",
+        source="torchao mx_tensor.py (EVEN branch); Quark mx/triton.py mode 2; B3",
+        scale_rule="even",
+        formats=("mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4"),
+        distinguishing=("mxfp4 amax 7.0 (significand 1.75): even 0x80, ocp 0x7F",)),
+    _OCP.replace(
+        name="microxcaling",
+        description="microsoft/microxcaling default MX spec: floor scale, round='nearest' (ties "
+                    "away from zero), saturate_normals, shared exponent > 127 -> NaN.",
+        source="microxcaling mx/elemwise_ops.py::_round_mantissa, mx/mx_ops.py::_shared_exponents; B15",
+        rounding="ties_away", scale_overflow="nan",
+        formats=("mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4", "mxint8"),
+        distinguishing=("mxfp4 element 0.25 (scale 2^0): ties_away 0.5 (code 0x1), ocp 0 (0x0)",)),
+    _OCP.replace(
+        name="triton_kernels_round_up",
+        description="triton_kernels downcast_to_mxfp DEQUANT_SCALE_ROUNDING_MODE=0 (ROUND_UP): "
+                    "(bits(amax/max) + 0x7FFFFF) & 0x7F800000; any nonzero subnormal quotient "
+                    "-> 2^-126. Elements RNE (the @0616e645 RTNE version without its sticky bug).",
+        source="triton python/triton_kernels/.../_downcast_to_mxfp.py; B5",
+        scale_rule="rceil", rceil_subnormal="any_up",
+        formats=("mxfp4", "mxfp8_e4m3", "mxfp8_e5m2"),
+        distinguishing=("mxfp4 amax 2^-140: scale 0x01 here, 0x00 in rceil",)),
+    _OCP.replace(
+        name="triton_kernels_round_down",
+        description="triton_kernels mode 1 (ROUND_DOWN): floor(log2(amax / max_elem)); the block "
+                    "maximum always saturates.",
+        source="triton_kernels _downcast_to_mxfp.py mode 1; Quark mode 1; B4",
+        scale_rule="round_down",
+        formats=("mxfp4", "mxfp8_e4m3", "mxfp8_e5m2"),
+        distinguishing=("mxfp8_e4m3 amax 256: round_down 0x7E (256/0.5 -> 448), ocp 0x7F",)),
+    _OCP.replace(
+        name="triton_kernels_ties_up",
+        description="triton_kernels @d1c192b7 / AMD Quark Triton MXFP4 cast: round-up scale, "
+                    "FP4 elements rounded with ties away from zero ((x + 1) >> 1).",
+        source="triton_kernels _downcast_to_mxfp.py @d1c192b7; Quark mx/triton.py; B16",
+        scale_rule="rceil", rceil_subnormal="any_up", rounding="ties_away",
+        formats=("mxfp4",),
+        distinguishing=("mxfp4 0.25/1.25/2.5/5.0 at scale 2^0 -> 0.5/1.5/3/6",)),
+    _OCP.replace(
+        name="rocm_te_mxfp4",
+        description="ROCm TransformerEngine / AITER Triton MXFP4 cast: round-up (RCEIL) scale "
+                    "with elements rounded ties-up, as in the AITER non-gfx950 fallback.",
+        source="ROCm/aiter PR #3992; AITER docs ('ceil' = RoundUp); B3, B16",
+        scale_rule="rceil", rounding="ties_away",
+        formats=("mxfp4",),
+        distinguishing=("mxfp4 element 5.0 at scale 2^0 -> 6.0",)),
+    _OCP.replace(
+        name="te_mxfp8",
+        description="NVIDIA TransformerEngine MXFP8: RCEIL scale (cvt.rp.satfinite.ue8m0), RNE "
+                    "satfinite elements; amax ignores NaN; Inf amax -> scale 0xFE; NaN elements "
+                    "-> the format's NaN code, Inf elements -> max normal.",
+        source="TE transformer_engine/common/util/ptx_arch_spec.cuh::float_to_e8m0; B6, B7",
+        scale_rule="rceil", nan_in_block="ignore", inf_in_block="scale_max",
+        formats=("mxfp8_e4m3", "mxfp8_e5m2"),
+        distinguishing=("mxfp8_e4m3 block {NaN, 1.0}: te scale 0x77 and 1.0 kept; ocp 0xFF",
+                        "block {+Inf, 1.0}: te scale 0xFE, Inf -> 0x7E (448)")),
+    _OCP.replace(
+        name="te_nvfp4",
+        description="TransformerEngine NVFP4 kernel order: S_enc = 2688/amax, block scale "
+                    "fl(block_amax * fl(S_enc * fl(1/6))) -> E4M3 RNE satfinite (subnormals "
+                    "allowed); zero tensor -> S_enc = 1; elements RNE satfinite.",
+        source="TE core_nvfp4.cuh; tests reference_nvfp4.py; B18-B20, B23",
+        nvfp4_order="te", nan_in_block="ignore", inf_in_block="scale_max",
+        signed_zero="input_neg_zero_to_pos",
+        formats=("nvfp4",),
+        distinguishing=("global_amax 29.5, block_amax 11.0625: te block scale 0x73 (176), exact 0x72",)),
+    _OCP.replace(
+        name="torchao_nvfp4",
+        description="torchao nvfp4_quantize: per_tensor_scale = amax/2688, block scale "
+                    "fl(fl(block_amax/6)/per_tensor_scale) clamped to [2^-6, 448] then E4M3 RNE; "
+                    "elements x / fl(scale * per_tensor_scale), clamp, RNE.",
+        source="torchao torchao/prototype/mx_formats/nvfp4_tensor.py::nvfp4_quantize; B18-B20",
+        nvfp4_order="torchao", nvfp4_scale_min="tiny",
+        formats=("nvfp4",),
+        distinguishing=("block amax < 0.09375 without tensor scale: block scale 2^-6 (0x08)",)),
+)}
+
+
+def get_profile(profile) -> Profile:
+    if isinstance(profile, Profile):
+        return profile
+    try:
+        return PROFILES[profile]
+    except (KeyError, TypeError):
+        raise UnknownProfileError(
+            f"unknown profile {profile!r}; known profiles: {', '.join(PROFILES)}") from None

@@ -1,0 +1,230 @@
+"""Public quantize / dequantize API and the MXTensor result."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import _kernels as K
+from .errors import AxisError, BlockSizeError, ProfileConflictError, ShapeError
+from .formats import E4M3, FP32, BlockFormat, get_format
+from .inputs import as_f32_bits
+from .layouts import pack_codes, to_amd_shuffle, to_cublas_blocked
+from .profiles import Profile, get_profile
+
+__all__ = ["MXTensor", "quantize", "dequantize", "random_bits"]
+
+_F32P = FP32.kernel_params()
+_E4M3P = E4M3.kernel_params()
+_NV_ORDERS = {"exact": K.NV_EXACT, "te": K.NV_TE, "torchao": K.NV_TORCHAO}
+
+
+@dataclass
+class MXTensor:
+    """Result of :func:`quantize`.
+
+    ``codes`` holds one unpacked element code per input element (same shape as the input);
+    ``scales`` holds one scale byte per block (E8M0, or E4M3 for NVFP4) with the block axis
+    reduced to ``ceil(n / block_size)``; ``tensor_scale`` is NVFP4's fp32 decode-side tensor
+    scale (``dequant = e2m1 * e4m3 * tensor_scale``), None for MX formats.
+    """
+
+    codes: np.ndarray
+    scales: np.ndarray
+    fmt: BlockFormat
+    profile: Profile
+    axis: int
+    block_size: int
+    tensor_scale: np.float32 | None = None
+    source_dtype: str = "float32"
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def shape(self):
+        return self.codes.shape
+
+    def packed(self) -> np.ndarray:
+        """Element bytes as hardware consumes them, packed along the block axis.
+
+        FP4: two per byte, element 0 in the low nibble. FP6: four per three bytes,
+        little-endian 24-bit words. FP8/INT8: one per byte. The packed axis is moved back to
+        ``axis``; see mxref.layouts for the exact conventions.
+        """
+        moved = np.moveaxis(self.codes, self.axis, -1)
+        packed = pack_codes(moved, self.fmt.element.bits)
+        return np.ascontiguousarray(np.moveaxis(packed, -1, self.axis))
+
+    def scales_layout(self, layout: str = "row_major") -> np.ndarray:
+        """Scales in ``row_major`` (canonical), ``cublas`` (128x4 swizzle) or ``amd`` layout.
+
+        The swizzled layouts take the scales as [rows, blocks] with the block axis last.
+        """
+        s2 = np.moveaxis(self.scales, self.axis, -1)
+        if layout == "row_major":
+            return np.ascontiguousarray(self.scales)
+        s2 = s2.reshape(-1, s2.shape[-1]) if s2.ndim != 2 else s2
+        if layout == "cublas":
+            return to_cublas_blocked(s2)
+        if layout == "amd":
+            return to_amd_shuffle(s2)
+        raise ShapeError(f"unknown scale layout {layout!r}; use row_major, cublas or amd")
+
+    def dequantize(self) -> np.ndarray:
+        return dequantize(self)
+
+
+def _normalize_axis(axis: int, ndim: int) -> int:
+    if ndim == 0:
+        raise AxisError("cannot block a 0-d input; pass at least a 1-d array")
+    if not isinstance(axis, (int, np.integer)) or not -ndim <= axis < ndim:
+        raise AxisError(f"axis {axis!r} is out of range for an input with {ndim} dimensions")
+    return int(axis) % ndim
+
+
+def _to_rows(a: np.ndarray, axis: int) -> np.ndarray:
+    moved = np.moveaxis(a, axis, -1)
+    n = moved.shape[-1]
+    return np.ascontiguousarray(moved).reshape(-1, n)
+
+
+def _from_rows(a2: np.ndarray, moved_shape, axis: int) -> np.ndarray:
+    return np.ascontiguousarray(np.moveaxis(a2.reshape(moved_shape), -1, axis))
+
+
+def random_bits(shape, seed: int, offset: int = 0) -> np.ndarray:
+    """The documented stochastic-rounding stream: element ``i`` (C order) gets the first word
+    of Philox4x32-10 with counter ``(offset + i, 0, 0, 0)`` and key ``(seed_lo, seed_hi)``,
+    the same as ``triton.language.randint(seed, offset + i)``."""
+    out = np.empty(int(np.prod(shape)), dtype=np.uint32)
+    K.philox_stream(np.uint64(seed & (2**64 - 1)), np.int64(offset), out)
+    return out.reshape(shape)
+
+
+def quantize(x, fmt, profile="ocp", axis: int | None = None, *, block_size: int | None = None,
+             source_dtype: str | None = None, from_float64: str | None = None,
+             rbits=None, seed: int | None = None, rng_offset: int = 0,
+             global_amax=None) -> MXTensor:
+    """Quantize ``x`` to the block format ``fmt`` under ``profile``.
+
+    x: numpy float32/float16, ml_dtypes.bfloat16, a torch tensor (fp32/bf16/fp16, any
+    device), raw uint16/uint32 bit patterns with ``source_dtype``, or float64 with
+    ``from_float64='rne'``.
+    axis: the block axis (default: the profile's, normally -1).
+    rbits / seed: the random stream for ``rounding='stochastic'`` (uint32 per element, or a
+    Philox seed, see :func:`random_bits`).
+    global_amax: NVFP4 only: the fp32 amax the tensor scale is derived from (default: the
+    amax of x over finite values).
+    """
+    fmt = get_format(fmt)
+    prof = get_profile(profile)
+    prof.check_format(fmt)
+    bits, src = as_f32_bits(x, source_dtype=source_dtype, from_float64=from_float64)
+    ax = _normalize_axis(prof.block_axis if axis is None else axis, bits.ndim)
+    bs = block_size or prof.block_size or fmt.block_size
+    if block_size and prof.block_size and block_size != prof.block_size:
+        raise ProfileConflictError(
+            f"block_size={block_size} contradicts profile {prof.name!r} block_size={prof.block_size}")
+    if not fmt.allowed_block_size(bs):
+        raise BlockSizeError(
+            f"block size {bs!r} is not allowed for {fmt.name} "
+            f"({'must be 16' if fmt.is_nvfp4 else 'a power of two in [2, 1024], OCP uses 32'})")
+    n = bits.shape[ax]
+    if n % bs and prof.ragged == "error":
+        raise BlockSizeError(
+            f"length {n} along axis {ax} is not a multiple of block size {bs} and profile "
+            f"{prof.name!r} refuses ragged blocks")
+    stochastic = prof.rounding == "stochastic"
+    if (rbits is not None or seed is not None) and not stochastic:
+        raise ProfileConflictError(
+            f"rbits/seed given but profile {prof.name!r} rounds with {prof.rounding!r}")
+    if stochastic:
+        if rbits is None and seed is None:
+            raise ProfileConflictError(
+                "rounding='stochastic' needs rbits (uint32 per element) or seed")
+        if rbits is None:
+            rbits = random_bits(bits.shape, seed, rng_offset)
+        rbits = np.asarray(rbits)
+        if rbits.dtype != np.uint32 or rbits.shape != bits.shape:
+            raise ShapeError(f"rbits must be uint32 of shape {bits.shape}, got "
+                             f"{rbits.dtype} {rbits.shape}")
+        rb2 = _to_rows(rbits, ax)
+    else:
+        rb2 = np.zeros((1, 1), dtype=np.uint32)
+
+    moved_shape = np.moveaxis(bits, ax, -1).shape
+    bits2 = _to_rows(bits, ax)
+    nblk = -(-n // bs)
+    codes2 = np.empty(bits2.shape, dtype=np.uint8)
+    scales2 = np.empty((bits2.shape[0], nblk), dtype=np.uint8)
+    fp = fmt.element.kernel_params()
+    pp = prof.kernel_params()
+    tensor_scale = None
+    meta = {}
+    if bits2.size:
+        if fmt.is_nvfp4:
+            gbits = _global_amax_bits(bits2, prof, global_amax)
+            order = _NV_ORDERS[prof.nvfp4_order]
+            t, s_enc, sc6 = K.nvfp4_tensor_constants(gbits, order, prof.nvfp4_tensor_scale, _F32P)
+            K.quantize_nvfp4(bits2, bs, t, s_enc, sc6, order, prof.nvfp4_tensor_scale, fp,
+                             _E4M3P, _F32P, pp, rb2, codes2, scales2)
+            tensor_scale = np.uint32(t).view(np.float32)
+            meta["global_amax_bits"] = int(gbits)
+        else:
+            K.quantize_mx(bits2, bs, fp, pp, rb2, codes2, scales2)
+    elif fmt.is_nvfp4:
+        tensor_scale = np.float32(1.0)
+    scale_shape = moved_shape[:-1] + (nblk,)
+    return MXTensor(
+        codes=_from_rows(codes2, moved_shape, ax),
+        scales=_from_rows(scales2, scale_shape, ax),
+        fmt=fmt, profile=prof, axis=ax, block_size=bs, tensor_scale=tensor_scale,
+        source_dtype=src, meta=meta)
+
+
+def _global_amax_bits(bits2: np.ndarray, prof: Profile, global_amax) -> int:
+    if global_amax is not None:
+        g = np.asarray(global_amax, dtype=np.float32) if not isinstance(global_amax, np.ndarray) \
+            else global_amax
+        if g.dtype != np.float32 or g.size != 1:
+            raise ShapeError("global_amax must be one float32 value")
+        return int(g.reshape(()).view(np.uint32)) & 0x7FFFFFFF
+    a = bits2.reshape(-1) & np.uint32(0x7FFFFFFF)
+    keep = a < np.uint32(0x7F800000) if prof.inf_in_block == "poison" else a <= np.uint32(0x7F800000)
+    a = a[keep]
+    if prof.flush_fp32_subnormals:
+        a = a[a >= np.uint32(0x800000)]
+    return int(a.max()) if a.size else 0
+
+
+def dequantize(mx: MXTensor | None = None, *, codes=None, scales=None, fmt=None, axis: int = -1,
+               block_size: int | None = None, tensor_scale=None) -> np.ndarray:
+    """Decode to float32: ``code value * scale`` rounded once (exact for every MX format;
+    overflow -> Inf, scale 0xFF or an E4M3 NaN block scale -> NaN)."""
+    if mx is not None:
+        codes, scales, fmt, axis = mx.codes, mx.scales, mx.fmt, mx.axis
+        block_size, tensor_scale = mx.block_size, mx.tensor_scale
+    fmt = get_format(fmt)
+    codes = np.asarray(codes)
+    scales = np.asarray(scales)
+    if codes.dtype != np.uint8 or scales.dtype != np.uint8:
+        raise ShapeError("codes and scales must be uint8 arrays")
+    ax = _normalize_axis(axis, codes.ndim)
+    bs = block_size or fmt.block_size
+    n = codes.shape[ax]
+    expect = list(codes.shape)
+    expect[ax] = -(-n // bs)
+    if list(scales.shape) != expect:
+        raise ShapeError(f"scales shape {scales.shape} does not match codes {codes.shape} "
+                         f"with block {bs} along axis {ax} (expected {tuple(expect)})")
+    moved_shape = np.moveaxis(codes, ax, -1).shape
+    c2 = _to_rows(codes, ax)
+    s2 = _to_rows(scales, ax)
+    out = np.empty(c2.shape, dtype=np.uint32)
+    if c2.size:
+        if fmt.is_nvfp4:
+            ts = np.float32(1.0 if tensor_scale is None else tensor_scale)
+            K.dequantize_nvfp4(c2, s2, bs, int(ts.view(np.uint32)), fmt.element.kernel_params(),
+                               _E4M3P, _F32P, out)
+        else:
+            K.dequantize_mx(c2, s2, bs, fmt.element.kernel_params(), _F32P, out)
+    return _from_rows(out, moved_shape, ax).view(np.float32)

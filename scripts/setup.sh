@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Idempotent set-up on a fresh machine: the CPU torch build first (so pip does not pull the
+# multi-GB CUDA wheels to satisfy torch>=2.4), then mxref with its test extras.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PY=${PYTHON:-python3}
+if ! "$PY" -c "import torch" >/dev/null 2>&1; then
+  "$PY" -m pip install --quiet "torch==2.13.0" || "$PY" -m pip install --quiet torch
+fi
+"$PY" -m pip install --quiet -e ".[test]"

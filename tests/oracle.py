@@ -1,0 +1,288 @@
+"""Slow, independent oracle for docs/semantics.md: exact `fractions.Fraction` arithmetic only.
+
+Nothing here imports mxref or numpy; every format fact is derived from the few declared
+fields below. Values are (sign, Fraction magnitude) pairs, or the strings 'nan', '+inf', '-inf'.
+Element formats are named by their element name: e2m1, e2m3, e3m2, e4m3, e5m2, int8.
+"""
+from fractions import Fraction
+from functools import lru_cache
+
+HALF = Fraction(1, 2)
+NAN32 = 0x7FC00000
+
+# name: (ebits, mbits, bias, nan_style); nan_style 'none' | 'all_ones' (S.1111.111) | 'ieee'
+FLOATS = {"e2m1": (2, 1, 1, "none"), "e2m3": (2, 3, 1, "none"), "e3m2": (3, 2, 3, "none"),
+          "e4m3": (4, 3, 7, "all_ones"), "e5m2": (5, 2, 15, "ieee")}
+INT8_FRAC = 6  # MXINT8: two's complement k / 2^6, |k| <= 127
+
+
+def pow2(k):
+    return Fraction(2) ** k
+
+
+def floor_log2(x):
+    """floor(log2 x) for a Fraction x > 0, integer operations only."""
+    n, d = x.numerator, x.denominator
+    e = n.bit_length() - d.bit_length()
+    if (n << max(-e, 0)) < (d << max(e, 0)):
+        e -= 1
+    return e
+
+
+def ceil_log2(x):
+    e = floor_log2(x)
+    return e if x == pow2(e) else e + 1
+
+
+def floor_int(x):
+    return x.numerator // x.denominator
+
+
+@lru_cache(maxsize=None)
+def facts(fmt):
+    """(mbits, emin, emax_elem, max_normal, max_code, nan_code or None, inf_code or None, width)."""
+    if fmt == "int8":
+        return INT8_FRAC, None, 0, Fraction(127, 64), 127, None, None, 8
+    eb, mb, bias, nan = FLOATS[fmt]
+    ones = (1 << (eb + mb)) - 1
+    max_code = {"none": ones, "all_ones": ones - 1,
+                "ieee": ((1 << eb) - 2) << mb | ((1 << mb) - 1)}[nan]
+    nan_code = None if nan == "none" else ones
+    inf_code = ((1 << eb) - 1) << mb if nan == "ieee" else None
+    max_normal = decode_element(max_code, fmt)[1]
+    return mb, 1 - bias, floor_log2(max_normal), max_normal, max_code, nan_code, inf_code, 1 + eb + mb
+
+
+def fp32_bits_to_value(b):
+    """fp32 bit pattern -> (sign, Fraction) or 'nan' / '+inf' / '-inf'."""
+    sign, e, m = (b >> 31) & 1, (b >> 23) & 0xFF, b & 0x7FFFFF
+    if e == 0xFF:
+        return "nan" if m else ("-inf" if sign else "+inf")
+    if e == 0:
+        return sign, Fraction(m) * pow2(-149)
+    return sign, Fraction(m | 1 << 23) * pow2(e - 150)
+
+
+def round_int(x, rounding, rbits=None):
+    """Round a Fraction x >= 0 to an integer by the doc's modes."""
+    fl = floor_int(x)
+    frac = x - fl
+    if rounding == "rne":
+        up = frac > HALF or (frac == HALF and fl % 2 == 1)
+    elif rounding == "ties_away":
+        up = frac >= HALF
+    elif rounding == "ties_zero":
+        up = frac > HALF
+    elif rounding == "stochastic":
+        up = floor_int(frac * 2 ** 32) + rbits >= 2 ** 32
+    else:
+        raise ValueError(rounding)
+    return fl + int(up)
+
+
+def overflow_code(sign, fmt, overflow):
+    mb, emin, emax, mx, max_code, nan_code, inf_code, width = facts(fmt)
+    if fmt == "int8":
+        if overflow != "saturate":
+            raise ValueError("int8 has no Inf/NaN")
+        return (-127) & 0xFF if sign else 127
+    if overflow == "saturate":
+        mag = max_code
+    elif inf_code is not None:
+        mag = inf_code
+    elif nan_code is not None:
+        mag = nan_code
+    else:
+        raise ValueError(f"{fmt} has neither NaN nor Inf")
+    return sign << (width - 1) | mag
+
+
+def round_to_element(sign, mag, fmt, rounding="rne", overflow="saturate",
+                     signed_zero="preserve", exact_zero_input=False, rbits=None):
+    """Element code of the real (-1)^sign * mag (mag a Fraction >= 0), per the doc."""
+    mb, emin, emax, mx, max_code, nan_code, inf_code, width = facts(fmt)
+    if mag == 0:
+        n, q = 0, Fraction(1)
+    else:
+        q = pow2(-INT8_FRAC) if fmt == "int8" else pow2(max(floor_log2(mag), emin) - mb)
+        n = round_int(mag / q, rounding, rbits)
+    val = n * q
+    if val > mx:
+        return overflow_code(sign, fmt, overflow)
+    if fmt == "int8":
+        return (-n) & 0xFF if sign else n
+    if val == 0:
+        keep = {"preserve": True, "input_neg_zero_to_pos": not exact_zero_input,
+                "never_negative": False}[signed_zero]
+        return (sign if keep else 0) << (width - 1)
+    e = floor_log2(val)
+    if e < emin:
+        field, m = 0, val / pow2(emin - mb)
+    else:
+        field, m = e + FLOATS[fmt][2], (val / pow2(e) - 1) * 2 ** mb
+    assert m.denominator == 1 and 0 <= m < 2 ** mb
+    return sign << (width - 1) | field << mb | int(m)
+
+
+def decode_element(code, fmt):
+    """Element code -> (sign, Fraction) or 'nan' / '+inf' / '-inf'."""
+    if fmt == "int8":
+        k = code - 256 if code >= 128 else code
+        return int(k < 0), Fraction(abs(k), 2 ** INT8_FRAC)
+    eb, mb, bias, nan = FLOATS[fmt]
+    sign, field, m = code >> (eb + mb) & 1, code >> mb & ((1 << eb) - 1), code & ((1 << mb) - 1)
+    if nan == "all_ones" and field == (1 << eb) - 1 and m == (1 << mb) - 1:
+        return "nan"
+    if nan == "ieee" and field == (1 << eb) - 1:
+        return "nan" if m else ("-inf" if sign else "+inf")
+    if field == 0:
+        return sign, Fraction(m, 2 ** mb) * pow2(1 - bias)
+    return sign, (1 + Fraction(m, 2 ** mb)) * pow2(field - bias)
+
+
+def value_to_fp32_bits(sign, mag):
+    """Round (-1)^sign * mag once to fp32 (RNE, overflow to Inf)."""
+    if mag == 0:
+        return sign << 31
+    q = pow2(max(floor_log2(mag), -126) - 23)
+    val = round_int(mag / q, "rne") * q
+    if val >= pow2(128):
+        return sign << 31 | 0x7F800000
+    if val < pow2(-126):
+        return sign << 31 | int(val / pow2(-149))
+    e = floor_log2(val)
+    return sign << 31 | (e + 127) << 23 | int(val / pow2(e - 23)) - (1 << 23)
+
+
+def prepare(b, knobs):
+    """Input value after flush_fp32_subnormals: (value, exact_zero_input)."""
+    if knobs["flush_fp32_subnormals"] and 0 < (b & 0x7FFFFFFF) < 0x00800000:
+        b &= 0x80000000
+    v = fp32_bits_to_value(b)
+    return v, not isinstance(v, str) and v[1] == 0
+
+
+def classify(bits_list, knobs):
+    """(has_nan, has_inf, amax over finite elements) after the flush."""
+    vals = [prepare(b, knobs)[0] for b in bits_list]
+    finite = [v[1] for v in vals if not isinstance(v, str)]
+    return ("nan" in vals, "+inf" in vals or "-inf" in vals, max(finite, default=Fraction(0)))
+
+
+def block_scale(bits_list, fmt, knobs):
+    """E8M0 scale byte of one MX block (steps 1-3 of the doc)."""
+    has_nan, has_inf, amax = classify(bits_list, knobs)
+    if (has_nan and knobs["nan_in_block"] == "poison") or \
+            (has_inf and knobs["inf_in_block"] == "poison"):
+        return 0xFF
+    if has_inf:
+        return 0xFE
+    if amax == 0:
+        return 0x00
+    mb, emin, emax, mx, *_ = facts(fmt)
+    rule = knobs["scale_rule"]
+    if rule == "floor":
+        s = floor_log2(amax) - emax
+    elif rule == "rceil":
+        s = ceil_log2(amax / mx)
+    elif rule == "ceil":
+        s = ceil_log2(amax) - emax
+    elif rule == "even":  # amax rounded to mbits fraction bits, ties up, then floor
+        q = pow2(floor_log2(amax) - mb)
+        s = floor_log2(floor_int(amax / q + HALF) * q) - emax
+    elif rule == "round_down":
+        s = floor_log2(amax / mx)
+    else:
+        raise ValueError(rule)
+    if knobs["rceil_subnormal"] == "any_up" and s <= -126:
+        s = -126 if amax / mx > pow2(-150) else -127
+    s = max(s, -127)
+    if s > 127:
+        if knobs["scale_overflow"] == "nan":
+            return 0xFF
+        s = 127
+    return s + 127
+
+
+def element_code(b, s, fmt, knobs, rbits=None):
+    """Code of the fp32 input b in an unpoisoned block with shared exponent s (step 4)."""
+    v, exact_zero = prepare(b, knobs)
+    if v == "nan":
+        nan_code = facts(fmt)[5]
+        return 0 if nan_code is None else nan_code
+    if v in ("+inf", "-inf"):
+        return overflow_code(int(v == "-inf"), fmt, knobs["overflow"])
+    return round_to_element(v[0], v[1] / pow2(s), fmt, knobs["rounding"], knobs["overflow"],
+                            knobs["signed_zero"], exact_zero, rbits)
+
+
+def poison_code(fmt):
+    nan_code = facts(fmt)[5]
+    return 0 if nan_code is None else nan_code
+
+
+def quantize_block(bits_list, fmt, knobs, rbits=None):
+    """(scale_byte, codes) of one MX block; rbits: one uint32 per element for stochastic."""
+    byte = block_scale(bits_list, fmt, knobs)
+    if byte == 0xFF:
+        return byte, [poison_code(fmt)] * len(bits_list)
+    rbits = rbits if rbits is not None else [None] * len(bits_list)
+    return byte, [element_code(b, byte - 127, fmt, knobs, r) for b, r in zip(bits_list, rbits)]
+
+
+def dequantize_value(code, scale_byte, fmt):
+    """fp32 bits of value(code) * 2^(scale_byte - 127), rounded once."""
+    v = decode_element(code, fmt)
+    if scale_byte == 0xFF or v == "nan":
+        return NAN32
+    if isinstance(v, str):
+        return 0xFF800000 if v == "-inf" else 0x7F800000
+    return value_to_fp32_bits(v[0], v[1] * pow2(scale_byte - 127))
+
+
+# ---- NVFP4, nvfp4_order = exact -----------------------------------------------------------
+def quantize_nvfp4_exact(rows, knobs, global_amax_bits=None, block_size=16, rbits=None):
+    """rows: lists of fp32 bits, blocked along each row. Returns (T_bits, scales, codes)."""
+    if knobs["nan_in_block"] != "poison" or knobs["inf_in_block"] != "poison":
+        raise NotImplementedError("oracle covers NaN/Inf poison profiles only for NVFP4")
+    if global_amax_bits is not None:
+        gamax = fp32_bits_to_value(global_amax_bits & 0x7FFFFFFF)[1]
+    else:
+        gamax = classify([b for row in rows for b in row], knobs)[2]
+    T = Fraction(1)
+    if knobs["nvfp4_tensor_scale"] and gamax != 0:
+        tb = value_to_fp32_bits(0, gamax / 2688)
+        T = fp32_bits_to_value(tb if tb else 1)[1]  # underflow to 0 -> 2^-149
+    scales, codes = [], []
+    for i, row in enumerate(rows):
+        srow, crow = [], []
+        for j in range(0, len(row), block_size):
+            blk = row[j:j + block_size]
+            rb = rbits[i][j:j + block_size] if rbits is not None else [None] * len(blk)
+            has_nan, has_inf, bamax = classify(blk, knobs)
+            if has_nan or has_inf:
+                srow.append(0x7F)
+                crow += [0] * len(blk)
+                continue
+            sc = round_to_element(0, bamax / (6 * T), "e4m3")
+            if knobs["nvfp4_scale_min"] == "tiny":
+                sc = max(sc, 0x08)
+            S = decode_element(sc, "e4m3")[1]
+            srow.append(sc)
+            for b, r in zip(blk, rb):
+                (sign, mag), exact_zero = prepare(b, knobs)
+                x = mag / (S * T) if S else Fraction(0)
+                crow.append(round_to_element(sign, x, "e2m1", knobs["rounding"], "saturate",
+                                             knobs["signed_zero"], exact_zero, r))
+        scales.append(srow)
+        codes.append(crow)
+    return value_to_fp32_bits(0, T), scales, codes
+
+
+def dequantize_nvfp4_value(code, scale_code, t_bits):
+    """fp32 bits of e2m1(code) * e4m3(scale_code) * T, rounded once (E4M3 NaN scale -> NaN)."""
+    S = decode_element(scale_code, "e4m3")
+    if S == "nan":
+        return NAN32
+    sign, v = decode_element(code, "e2m1")
+    return value_to_fp32_bits(sign, v * S[1] * fp32_bits_to_value(t_bits)[1])
