@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import AmbiguousInputError, UnsupportedDtypeError
+from .errors import AmbiguousInputError, AxisError, UnsupportedDtypeError
 
 try:  # ml_dtypes is a declared dependency; keep the import soft so the message is ours
     import ml_dtypes
@@ -40,6 +40,8 @@ def _is_torch(x) -> bool:
 def as_f32_bits(x, source_dtype: str | None = None, from_float64: str | None = None):
     """Return ``(bits, source_dtype_name)`` with ``bits`` a uint32 ndarray of x's shape."""
     declared = source_dtype
+    if isinstance(x, np.generic):
+        x = np.asarray(x)
     if _is_torch(x):
         x, implied = _torch_to_numpy(x)
         if implied is not None:
@@ -53,6 +55,8 @@ def as_f32_bits(x, source_dtype: str | None = None, from_float64: str | None = N
                 "Python lists/scalars carry float64 values; pass a numpy/torch array of "
                 "float32, float16 or bfloat16 (or float64 with from_float64='rne')")
         raise UnsupportedDtypeError(f"unsupported input type {type(x).__name__}")
+    if x.ndim == 0:
+        raise AxisError("cannot block a 0-d input; pass at least a 1-d array")
     if declared is not None and declared not in SOURCE_DTYPES:
         raise UnsupportedDtypeError(
             f"source_dtype={declared!r} is not one of {SOURCE_DTYPES}")

@@ -83,8 +83,8 @@ def _normalize_axis(axis: int, ndim: int) -> int:
 
 def _to_rows(a: np.ndarray, axis: int) -> np.ndarray:
     moved = np.moveaxis(a, axis, -1)
-    n = moved.shape[-1]
-    return np.ascontiguousarray(moved).reshape(-1, n)
+    rows = int(np.prod(moved.shape[:-1], dtype=np.int64))
+    return np.ascontiguousarray(moved).reshape(rows, moved.shape[-1])
 
 
 def _from_rows(a2: np.ndarray, moved_shape, axis: int) -> np.ndarray:

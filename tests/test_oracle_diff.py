@@ -409,6 +409,22 @@ def test_stochastic_seed_stream():
     assert not mx_mismatches(b2, 32, s, c, got_s, got_c)
 
 
+def test_stochastic_fraction_truncation():
+    """The 32-bit fraction is truncated, not rounded: x = (2^24-1) 2^-40 at FP4 scale 2^0 has
+    n = x / 0.5 with frac * 2^32 = 131071.99..., so f = 131071 and r = 2^32 - 131072 rounds
+    down while r = 2^32 - 131071 rounds up (hand-derived, checked on both sides)."""
+    prof = _OCP.replace(name="st", rounding="stochastic")
+    bits2 = np.zeros((2, 32), np.uint32)
+    bits2[:, 0] = f32_bits(6.0)
+    bits2[:, 1] = (110 << 23) | 0x7FFFFF
+    rb = np.zeros((2, 32), np.uint32)
+    rb[0, 1], rb[1, 1] = 2 ** 32 - 131072, 2 ** 32 - 131071
+    r = run_mx(bits2, "mxfp4", prof, rb)
+    s, c = oracle_rows(bits2, "mxfp4", prof.knobs(), 32, rb)
+    assert c[:, 1].tolist() == [0x0, 0x1] and (s == 127).all()
+    assert r.codes[:, 1].tolist() == [0x0, 0x1] and (r.scales == 127).all()
+
+
 def _philox4x32_10(ctr, key):
     c0, c1, c2, c3 = ctr
     k0, k1 = key
@@ -421,7 +437,8 @@ def _philox4x32_10(ctr, key):
 
 
 def test_random_bits_is_philox():
-    """random_bits vs an independent Philox4x32-10 (checked on Random123's known answers)."""
+    """random_bits vs an independent Philox4x32-10 (checked on Random123's known answers).
+    Counter word 0 is 32 bits wide: offsets wrap modulo 2^32."""
     assert _philox4x32_10((0, 0, 0, 0), (0, 0)) == (0x6627E8D5, 0xE169C58D, 0xBC57AC4C,
                                                      0x9B00DBD8)
     assert _philox4x32_10((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
@@ -429,7 +446,7 @@ def test_random_bits_is_philox():
                                                         0x24126EA1)
     for seed, off in ((0, 0), (1234, 77), (2 ** 40 + 5, 2 ** 33)):
         got = mxref.random_bits((4, 5), seed, off).reshape(-1)
-        want = [_philox4x32_10((off + i, 0, 0, 0), (seed & 0xFFFFFFFF, seed >> 32))[0]
+        want = [_philox4x32_10(((off + i) & 0xFFFFFFFF, 0, 0, 0), (seed & 0xFFFFFFFF, seed >> 32))[0]
                 for i in range(20)]
         assert got.tolist() == want, (seed, off)
 

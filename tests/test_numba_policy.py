@@ -1,0 +1,51 @@
+"""Reference hygiene: no fastmath anywhere, no GPU imports, no float log2/exp2 in the kernels."""
+import ast
+import inspect
+import subprocess
+import sys
+from pathlib import Path
+
+import numba
+
+import mxref
+from mxref import _kernels
+
+ROOT = Path(mxref.__file__).parent
+
+
+def dispatchers():
+    return [v for v in vars(_kernels).values() if isinstance(v, numba.core.dispatcher.Dispatcher)]
+
+
+def test_every_kernel_has_fastmath_off():
+    ds = dispatchers()
+    assert len(ds) > 10
+    for d in ds:
+        assert not d.targetoptions.get("fastmath"), d.py_func.__name__
+
+
+def test_fastmath_check_can_fail():
+    bad = numba.njit(fastmath=True)(lambda x: x)
+    assert bad.targetoptions.get("fastmath")
+
+
+def test_no_float_transcendentals_in_reference():
+    banned = {"log2", "log", "exp2", "exp", "frexp", "ldexp", "floor", "ceil", "sqrt", "pow"}
+    for path in ROOT.glob("*.py"):
+        tree = ast.parse(path.read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Attribute) and node.attr in banned:
+                raise AssertionError(f"{path.name}:{node.lineno} uses {node.attr}")
+
+
+def test_importing_mxref_pulls_no_gpu_stack():
+    code = ("import sys, numpy as np, mxref; mxref.quantize(np.ones(32, np.float32), 'mxfp4');"
+            "bad = [m for m in ('torch', 'triton', 'cupy', 'numba.cuda') if m in sys.modules];"
+            "print(','.join(bad))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == ""
+
+
+def test_kernels_source_has_no_float_arithmetic_types():
+    src = inspect.getsource(_kernels)
+    assert "float32(" not in src and "float64(" not in src
