@@ -228,9 +228,7 @@ def block_amax(bits, r, lo, hi, flush):
     """(amax_bits, has_nan, has_inf) of one block; amax over finite elements only."""
     m = np.uint32(0)
     for i in range(lo, hi):
-        a = bits[r, i] & np.uint32(0x7FFFFFFF)
-        if a > m:
-            m = a
+        m = max(m, bits[r, i] & np.uint32(0x7FFFFFFF))
     if m < F32_INF:                          # fast path: the block is finite
         if flush and m < 0x800000:
             m = np.uint32(0)
@@ -249,37 +247,41 @@ def block_amax(bits, r, lo, hi, flush):
     return np.int64(m), has_nan, has_inf
 
 
+CHUNK_BLOCKS = 256     # blocks per parallel task: rows of any length spread over the threads
+
+
 @njit(**_JIT)
-def encode_block_fast(bits, codes, r, lo, hi, s, m, emin, bias, maxcode, ovf_code, signbit,
-                      is_int, mode):
-    """Branch-free element encoding for one finite block (RNE / ties_away / ties_zero,
-    signed zeros preserved, no flush). Valid when s >= -126 - emin: then an fp32 subnormal
-    input, read with the fake exponent -126, still lands on the target's subnormal grid.
-    Same arithmetic as round_magnitude: n = (sig + bias_to_round) >> r."""
-    # Loop-invariant choices become arithmetic so LLVM can vectorize the loop body.
+def encode_span_fast(row, out, lo, hi, sh, log2_block, m, emin, bias, maxcode, ovf_code,
+                     signbit, is_int, mode):
+    """Branch-free element encoding of row[lo:hi], block j at exponent ``sh[j]``
+    (RNE / ties_away / ties_zero, signed zeros preserved, no flush). Valid when every such exponent s >= -126 - emin: an fp32 subnormal input, read with
+    the fake exponent -126, then still lands on the target's subnormal grid. Same arithmetic as
+    round_magnitude: n = (sig + rounding_increment) >> r; loop-invariant choices are written as
+    arithmetic so LLVM vectorizes the loop."""
     rne = np.int64(1) if mode == RNE else np.int64(0)
     away = np.int64(1) if mode == TIES_AWAY else np.int64(0)
     fl = np.int64(0) if is_int else np.int64(1)
     base = 23 - m
-    row = bits[r]
-    out = codes[r]
-    for i in range(lo, hi):
-        b = np.int64(row[i])
-        a = b & 0x7FFFFFFF
-        ea = a >> 23
-        sig = (a & 0x7FFFFF) | (min(ea, 1) << 23)
-        ep = max(ea, 1) - 127 - s
-        rr = base - ep + fl * (ep + max(0, emin - ep))     # float: base + max(0, emin - ep)
-        rr = min(max(rr, 1), 25)
-        half = np.int64(1) << (rr - 1)
-        add = half - 1 + away + rne * ((sig >> rr) & 1)
-        n = (sig + add) >> rr
-        code = n + fl * ((max(ep, emin) + bias - 1) << m)
-        code = ovf_code if code > maxcode else code
-        neg = b >> 31
-        fcode = code | (neg << signbit)
-        icode = ((code ^ -neg) + neg) & 0xFF
-        out[i] = icode if is_int else fcode
+    block = np.int64(1) << log2_block
+    for j in range(sh.size):
+        s = sh[j]
+        for i in range(lo + j * block, min(lo + (j + 1) * block, hi)):
+            b = np.int64(row[i])
+            a = b & 0x7FFFFFFF
+            ea = a >> 23
+            sig = (a & 0x7FFFFF) | (min(ea, 1) << 23)
+            ep = max(ea, 1) - 127 - s
+            rr = base - ep + fl * (ep + max(0, emin - ep))     # float: base + max(0, emin - ep)
+            rr = min(max(rr, 1), 25)
+            half = np.int64(1) << (rr - 1)
+            add = half - 1 + away + rne * ((sig >> rr) & 1)
+            n = (sig + add) >> rr
+            code = n + fl * ((max(ep, emin) + bias - 1) << m)
+            code = ovf_code if code > maxcode else code
+            neg = b >> 31
+            fcode = code | (neg << signbit)
+            icode = ((code ^ -neg) + neg) & 0xFF
+            out[i] = icode if is_int else fcode
 
 
 @njit(parallel=True, **_JIT)
@@ -287,6 +289,7 @@ def quantize_mx(bits, block, fp, pp, rbits, codes, scales):
     """MX block quantization of a (rows, n) fp32-bits array along axis 1."""
     rows, n = bits.shape
     nblk = (n + block - 1) // block
+    log2_block = bit_length(block) - 1
     flush = pp[K_FLUSH] != 0
     poison_nan = pp[K_NAN] == POISON
     poison_inf = pp[K_INF] == POISON
@@ -307,30 +310,44 @@ def quantize_mx(bits, block, fp, pp, rbits, codes, scales):
         ovf_code = fp[P_NAN]
     fast_min_s = -126 - emin if not is_int else -1000
     fill = nan_element_code(fp)
-    for t in nb.prange(rows * nblk):
-        r = t // nblk
-        lo = (t % nblk) * block
-        hi = min(lo + block, n)
-        amax, has_nan, has_inf = block_amax(bits, r, lo, hi, flush)
-        if (has_nan and poison_nan) or (has_inf and poison_inf):
-            s = NAN_SCALE
-        elif has_inf:
-            s = 127                          # TE: Inf amax -> satfinite 0xFE (B6)
-        else:
-            s = shared_exponent(amax, fp, pp)
-        if s == NAN_SCALE:
-            scales[r, t % nblk] = 0xFF
-            for i in range(lo, hi):
-                codes[r, i] = fill
+    nchunk = (nblk + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS
+    for task in nb.prange(rows * nchunk):
+        r = task // nchunk
+        b0 = (task % nchunk) * CHUNK_BLOCKS
+        b1 = min(b0 + CHUNK_BLOCKS, nblk)
+        row = bits[r]
+        out = codes[r]
+        sh = np.empty(b1 - b0, dtype=np.int64)
+        all_fast = fast_ok
+        for blk in range(b0, b1):
+            lo = blk * block
+            hi = min(lo + block, n)
+            amax, has_nan, has_inf = block_amax(bits, r, lo, hi, flush)
+            if (has_nan and poison_nan) or (has_inf and poison_inf):
+                s = NAN_SCALE
+            elif has_inf:
+                s = 127                      # TE: Inf amax -> satfinite 0xFE (B6)
+            else:
+                s = shared_exponent(amax, fp, pp)
+            sh[blk - b0] = s
+            scales[r, blk] = 0xFF if s == NAN_SCALE else s + 127
+            if has_nan or has_inf or s == NAN_SCALE or s < fast_min_s:
+                all_fast = False
+        if all_fast:
+            encode_span_fast(row, out, b0 * block, min(b1 * block, n), sh, log2_block, m, emin,
+                             bias, maxcode, ovf_code, signbit, is_int, mode)
             continue
-        scales[r, t % nblk] = s + 127
-        if fast_ok and not has_nan and not has_inf and s >= fast_min_s:
-            encode_block_fast(bits, codes, r, lo, hi, s, m, emin, bias, maxcode, ovf_code,
-                              signbit, is_int, mode)
-            continue
-        for i in range(lo, hi):
-            rb = np.int64(rbits[r, i]) if use_rbits else np.int64(0)
-            codes[r, i] = encode_f32(np.int64(bits[r, i]), s, fp, pp, rb)
+        for blk in range(b0, b1):
+            lo = blk * block
+            hi = min(lo + block, n)
+            s = sh[blk - b0]
+            if s == NAN_SCALE:
+                for i in range(lo, hi):
+                    out[i] = fill
+            else:
+                for i in range(lo, hi):
+                    rb = np.int64(rbits[r, i]) if use_rbits else np.int64(0)
+                    out[i] = encode_f32(np.int64(row[i]), s, fp, pp, rb)
 
 
 @njit(**_JIT)
