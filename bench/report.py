@@ -1,0 +1,35 @@
+"""Turn a pytest-benchmark JSON into bench/results/<name>.md: M elements/s and ratio to torchao."""
+import json
+import platform
+import sys
+from pathlib import Path
+
+
+def main(src: str, dst: str) -> None:
+    doc = json.loads(Path(src).read_text())
+    rows = []
+    for b in doc["benchmarks"]:
+        info = b["extra_info"]
+        med = b["stats"]["median"]
+        rows.append((info["fmt"], info["impl"], info["elements"] / med / 1e6, med,
+                     b["stats"]["iqr"]))
+    ref = {f: r for f, i, r, *_ in rows if i == "torchao.to_mx"}
+    m = doc["machine_info"]
+    lines = [
+        "# CPU quantize throughput, fp32 8192x8192", "",
+        f"Machine: {m.get('cpu', {}).get('brand_raw', platform.processor())}, "
+        f"{m.get('cpu', {}).get('count', '?')} logical CPUs, Python {m['python_version']}; "
+        f"commit {doc.get('commit_info', {}).get('id', '?')[:10]}; {doc['datetime'][:19]} UTC.",
+        "Median of timed rounds (pytest-benchmark); ratio = throughput / torchao.to_mx in the same run.",
+        "", "| format | implementation | M elem/s | median s | IQR s | x torchao |",
+        "|---|---|---:|---:|---:|---:|",
+    ]
+    for f, i, r, med, iqr in sorted(rows):
+        ratio = f"{r / ref[f]:.1f}" if f in ref else "-"
+        lines.append(f"| {f} | {i} | {r:,.0f} | {med:.4f} | {iqr:.4f} | {ratio} |")
+    Path(dst).write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1], sys.argv[2])

@@ -1,0 +1,8 @@
+#!/usr/bin/env bash
+# CPU benchmark of the reference against its peers, same run; results in bench/results/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+python3 -m pytest bench/test_bench_quantize.py -q -p no:cacheprovider \
+  --benchmark-json=bench/results/cpu_quantize.json
+python3 bench/report.py bench/results/cpu_quantize.json bench/results/cpu_quantize.md
