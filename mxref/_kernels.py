@@ -662,3 +662,10 @@ def dequantize_nvfp4(codes, scales, block, t, fp, e4p, f32p, out):
                 out[r, i] = F32_QNAN
             else:
                 out[r, i] = to_f32_bits(neg, sig * ss * st, exp2 + es + et, False, f32p)
+
+
+@njit(parallel=True, **_JIT)
+def encode_elements(bits, s, fp, pp, out):
+    """Element conversion alone: each fp32 pattern of the 1-D ``bits`` divided by 2**s."""
+    for i in nb.prange(bits.size):
+        out[i] = encode_f32(np.int64(bits[i]), s, fp, pp, np.int64(0))

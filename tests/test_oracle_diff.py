@@ -386,6 +386,62 @@ def test_random_blocks(fmt, prof):
     check_mx(bits2, fmt, prof, rb)
 
 
+SCALE_PROFILES = ["ocp", "rceil", "torchao_ceil", "torchao_even", "triton_kernels_round_down",
+                  "triton_kernels_round_up", "microxcaling", "x_flush_nz2pos"]
+# mantissas at every rule's threshold (M_elem, 2 - 2^-(mbits+1), 1, 2-ulp) and one ulp either side
+_EDGE_MANT = sorted({m + d for m in (0, 0x400000, 0x700000, 0x600000, 0x7E0000, 0x780000,
+                                     0x7F0000, 0x7FFFFF) for d in (-1, 0, 1)} & set(range(1 << 23)))
+
+
+def scale_edge_bits(fields):
+    amax = [f << 23 | m for f in fields for m in _EDGE_MANT if f or m]
+    amax += list(range(1, 200)) + [k * 2 ** j + d for k in (3, 15, 7, 127) for j in range(1, 16)
+                                   for d in (-1, 0, 1)]  # tiny amax / max_normal near 2^-150
+    a = np.array(sorted(set(amax)), np.uint32)
+    return np.concatenate([a, a | np.uint32(0x80000000)]).reshape(-1, 1)
+
+
+def _scale_edges(fmt, profile, fields):
+    prof = knob_profile(fmt, next(p for p in ALL_PROFILES if p.name == profile))
+    bits2 = scale_edge_bits(fields)
+    r = run_mx(bits2, fmt, prof)
+    exp_s, exp_c = oracle_fast(bits2, fmt, prof.knobs())
+    bad = mx_mismatches(bits2, 1, exp_s, exp_c, r.scales, r.codes)
+    assert not bad, f"{fmt}/{prof.name}:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("fmt", MX_FORMATS)
+@pytest.mark.parametrize("profile", SCALE_PROFILES)
+def test_scale_rule_edges(profile, fmt):
+    """Single-element blocks whose amax sits on (or one ulp off) each scale rule's threshold,
+    in the lowest, middle and highest binades (subnormal amax, any_up, clamps, overflow)."""
+    _scale_edges(fmt, profile, list(range(0, 12)) + list(range(120, 135)) + list(range(243, 255)))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("fmt", MX_FORMATS)
+@pytest.mark.parametrize("profile", SCALE_PROFILES)
+def test_scale_rule_edges_all_binades(profile, fmt):
+    _scale_edges(fmt, profile, list(range(255)))
+
+
+def test_float64_input_rne():
+    """from_float64='rne' rounds once to fp32 (oracle: exact Fraction rounding)."""
+    rng = np.random.default_rng(9)
+    x = np.concatenate([rng.normal(size=200) * 2.0 ** rng.integers(-160, 130, 200),
+                        [2.0 ** -150, 2.0 ** -150 * 1.0000001, 3 * 2.0 ** -151, 2.0 ** 128,
+                         2.0 ** 128 - 2.0 ** 103, 2.0 ** 128 - 2.0 ** 104, -0.0, 1 + 2.0 ** -24,
+                         1 + 3 * 2.0 ** -24, np.inf, np.nan]])
+    x = np.resize(x, (7, 32))
+    want = np.array([[O.value_to_fp32_bits(int(np.signbit(v)), abs(Fraction(v)))
+                      if np.isfinite(v) else int(np.float32(v).view(np.uint32)) for v in row]
+                     for row in x], np.uint32)
+    for fmt, prof in (("mxfp8_e4m3", "ocp"), ("mxint8", "rceil")):
+        a = mxref.quantize(x, fmt, prof, from_float64="rne")
+        b = run_mx(want, fmt, prof)
+        assert np.array_equal(a.scales, b.scales) and np.array_equal(a.codes, b.codes), fmt
+
+
 def test_documented_poison_codes():
     """Poisoned blocks write the format's NaN code (FP8) or 0 (doc step 2)."""
     bits2 = np.zeros((1, 32), np.uint32)
