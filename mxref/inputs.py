@@ -79,7 +79,8 @@ def as_f32_bits(x, source_dtype: str | None = None, from_float64: str | None = N
             raise UnsupportedDtypeError(
                 f"from_float64={from_float64!r} is not one of {FLOAT64_ROUNDINGS}")
         # IEEE-754 conversion, round to nearest even: numpy's cast is exactly that.
-        return np.ascontiguousarray(x).astype(np.float32).view(np.uint32), "float32"
+        with np.errstate(over="ignore"):   # out of fp32 range -> Inf is the IEEE answer
+            return np.ascontiguousarray(x).astype(np.float32).view(np.uint32), "float32"
     if dt in (np.uint16, np.int16):
         if declared == "bfloat16":
             return x.view(np.uint16).astype(np.uint32) << np.uint32(16), "bfloat16"

@@ -93,7 +93,8 @@ def _from_rows(a2: np.ndarray, moved_shape, axis: int) -> np.ndarray:
 
 def random_bits(shape, seed: int, offset: int = 0) -> np.ndarray:
     """The documented stochastic-rounding stream: element ``i`` (C order) gets the first word
-    of Philox4x32-10 with counter ``(offset + i, 0, 0, 0)`` and key ``(seed_lo, seed_hi)``,
+    of Philox4x32-10 with counter ``((offset + i) mod 2^32, 0, 0, 0)`` and key
+    ``(seed_lo, seed_hi)``,
     the same as ``triton.language.randint(seed, offset + i)``."""
     out = np.empty(int(np.prod(shape)), dtype=np.uint32)
     K.philox_stream(np.uint64(seed & (2**64 - 1)), np.int64(offset), out)

@@ -83,18 +83,17 @@ def round_int(x, rounding, rbits=None):
 def overflow_code(sign, fmt, overflow):
     mb, emin, emax, mx, max_code, nan_code, inf_code, width = facts(fmt)
     if fmt == "int8":
-        if overflow != "saturate":
-            raise ValueError("int8 has no Inf/NaN")
+        assert overflow == "saturate", "int8 has no Inf/NaN"
         return (-127) & 0xFF if sign else 127
-    if overflow == "saturate":
-        mag = max_code
-    elif inf_code is not None:
-        mag = inf_code
-    elif nan_code is not None:
-        mag = nan_code
-    else:
-        raise ValueError(f"{fmt} has neither NaN nor Inf")
+    mag = max_code if overflow == "saturate" else inf_code if inf_code is not None else nan_code
+    assert mag is not None, f"{fmt} has neither NaN nor Inf"
     return sign << (width - 1) | mag
+
+
+def nan_or_zero(fmt):
+    """The format's canonical NaN code, or 0 when it has none (NaN elements, poisoned blocks)."""
+    nan_code = facts(fmt)[5]
+    return 0 if nan_code is None else nan_code
 
 
 def round_to_element(sign, mag, fmt, rounding="rne", overflow="saturate",
@@ -208,24 +207,18 @@ def element_code(b, s, fmt, knobs, rbits=None):
     """Code of the fp32 input b in an unpoisoned block with shared exponent s (step 4)."""
     v, exact_zero = prepare(b, knobs)
     if v == "nan":
-        nan_code = facts(fmt)[5]
-        return 0 if nan_code is None else nan_code
+        return nan_or_zero(fmt)
     if v in ("+inf", "-inf"):
         return overflow_code(int(v == "-inf"), fmt, knobs["overflow"])
     return round_to_element(v[0], v[1] / pow2(s), fmt, knobs["rounding"], knobs["overflow"],
                             knobs["signed_zero"], exact_zero, rbits)
 
 
-def poison_code(fmt):
-    nan_code = facts(fmt)[5]
-    return 0 if nan_code is None else nan_code
-
-
 def quantize_block(bits_list, fmt, knobs, rbits=None):
     """(scale_byte, codes) of one MX block; rbits: one uint32 per element for stochastic."""
     byte = block_scale(bits_list, fmt, knobs)
     if byte == 0xFF:
-        return byte, [poison_code(fmt)] * len(bits_list)
+        return byte, [nan_or_zero(fmt)] * len(bits_list)
     rbits = rbits if rbits is not None else [None] * len(bits_list)
     return byte, [element_code(b, byte - 127, fmt, knobs, r) for b, r in zip(bits_list, rbits)]
 

@@ -425,6 +425,7 @@ def test_scale_rule_edges_all_binades(profile, fmt):
     _scale_edges(fmt, profile, list(range(255)))
 
 
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning")
 def test_float64_input_rne():
     """from_float64='rne' rounds once to fp32 (oracle: exact Fraction rounding)."""
     rng = np.random.default_rng(9)
@@ -448,7 +449,7 @@ def test_documented_poison_codes():
     bits2[0, :5] = f32_bits([1.0, -2.0, 0.0, 3.5, np.nan])
     for fmt in MX_FORMATS:
         r = run_mx(bits2, fmt, "ocp")
-        assert r.scales[0, 0] == 0xFF and (r.codes == O.poison_code(ELEM[fmt])).all(), fmt
+        assert r.scales[0, 0] == 0xFF and (r.codes == O.nan_or_zero(ELEM[fmt])).all(), fmt
 
 
 def test_stochastic_seed_stream():

@@ -1,2 +1,0 @@
-def pytest_configure(config):
-    config.addinivalue_line("markers", "slow: long-running exhaustive checks (deselect with -m 'not slow')")
