@@ -14,19 +14,22 @@ def main(src: str, dst: str) -> None:
         rows.append((info["fmt"], info["impl"], info["elements"] / med / 1e6, med,
                      b["stats"]["iqr"]))
     ref = {f: r for f, i, r, *_ in rows if i == "torchao.to_mx"}
+    roof = next((r for f, i, r, *_ in rows if f == "roofline"), None)
     m = doc["machine_info"]
     lines = [
         "# CPU quantize throughput, fp32 8192x8192", "",
         f"Machine: {m.get('cpu', {}).get('brand_raw', platform.processor())}, "
         f"{m.get('cpu', {}).get('count', '?')} logical CPUs, Python {m['python_version']}; "
         f"commit {doc.get('commit_info', {}).get('id', '?')[:10]}; {doc['datetime'][:19]} UTC.",
-        "Median of timed rounds (pytest-benchmark); ratio = throughput / torchao.to_mx in the same run.",
-        "", "| format | implementation | M elem/s | median s | IQR s | x torchao |",
-        "|---|---|---:|---:|---:|---:|",
+        "Median of timed rounds (pytest-benchmark); ratios to torchao.to_mx and to the memory "
+        "roofline (read fp32, write one byte per element) measured in the same run.",
+        "", "| format | implementation | M elem/s | median s | IQR s | x torchao | of roofline |",
+        "|---|---|---:|---:|---:|---:|---:|",
     ]
     for f, i, r, med, iqr in sorted(rows):
         ratio = f"{r / ref[f]:.1f}" if f in ref else "-"
-        lines.append(f"| {f} | {i} | {r:,.0f} | {med:.4f} | {iqr:.4f} | {ratio} |")
+        frac = f"{r / roof:.0%}" if roof else "-"
+        lines.append(f"| {f} | {i} | {r:,.0f} | {med:.4f} | {iqr:.4f} | {ratio} | {frac} |")
     Path(dst).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -40,7 +40,7 @@ def torch_eager(x, fmt):
 def test_mxref(benchmark, x32, fmt):
     mxref.quantize(x32[:64], fmt)  # compile outside the timed region
     benchmark.extra_info.update(fmt=fmt, impl="mxref", elements=x32.size)
-    benchmark.pedantic(mxref.quantize, args=(x32, fmt), rounds=5, warmup_rounds=1)
+    benchmark.pedantic(mxref.quantize, args=(x32, fmt), rounds=10, warmup_rounds=2)
 
 
 @pytest.mark.parametrize("fmt", list(FMTS))
@@ -64,3 +64,27 @@ def test_ml_dtypes_element_cast(benchmark, x32, fmt):
     dt = FMTS[fmt][0]
     benchmark.extra_info.update(fmt=fmt, impl="ml_dtypes.astype (elements only)", elements=x32.size)
     benchmark.pedantic(x32.astype, args=(dt,), rounds=3, warmup_rounds=1)
+
+
+def _copy_roofline():
+    import numba
+
+    @numba.njit(parallel=True)
+    def narrow(bits, out):
+        # The memory floor of any quantizer: read 4 bytes, write 1 byte per element.
+        for r in numba.prange(bits.shape[0]):
+            row = bits[r]
+            o = out[r]
+            for i in range(row.size):
+                o[i] = np.uint8(row[i] >> np.uint32(24))
+    return narrow
+
+
+def test_roofline_copy(benchmark, x32):
+    narrow = _copy_roofline()
+    bits = x32.view(np.uint32)
+    out = np.empty(bits.shape, np.uint8)
+    narrow(bits[:2], out[:2])
+    benchmark.extra_info.update(fmt="roofline", impl="read fp32 + write u8 (numba)",
+                                elements=x32.size)
+    benchmark.pedantic(narrow, args=(bits, out), rounds=5, warmup_rounds=1)

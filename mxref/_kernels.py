@@ -258,29 +258,34 @@ def encode_span_fast(row, out, lo, hi, sh, log2_block, m, emin, bias, maxcode, o
     the fake exponent -126, then still lands on the target's subnormal grid. Same arithmetic as
     round_magnitude: n = (sig + rounding_increment) >> r; loop-invariant choices are written as
     arithmetic so LLVM vectorizes the loop."""
-    rne = np.int64(1) if mode == RNE else np.int64(0)
-    away = np.int64(1) if mode == TIES_AWAY else np.int64(0)
-    fl = np.int64(0) if is_int else np.int64(1)
-    base = 23 - m
+    # 32-bit lanes (every intermediate fits: sig < 2^24, shifts <= 25) double the SIMD width.
+    i32 = np.int32
+    rne = i32(1) if mode == RNE else i32(0)
+    away = i32(1) if mode == TIES_AWAY else i32(0)
+    fl = i32(0) if is_int else i32(1)
+    base = i32(23 - m)
+    m32, emin32, bias1 = i32(m), i32(emin), i32(bias - 1)
+    maxc, ovfc, sbit = i32(maxcode), i32(ovf_code), i32(signbit)
+    zero, one, c25 = i32(0), i32(1), i32(25)
     block = np.int64(1) << log2_block
     for j in range(sh.size):
-        s = sh[j]
+        s = i32(sh[j] + 127)
         for i in range(lo + j * block, min(lo + (j + 1) * block, hi)):
-            b = np.int64(row[i])
-            a = b & 0x7FFFFFFF
-            ea = a >> 23
-            sig = (a & 0x7FFFFF) | (min(ea, 1) << 23)
-            ep = max(ea, 1) - 127 - s
-            rr = base - ep + fl * (ep + max(0, emin - ep))     # float: base + max(0, emin - ep)
-            rr = min(max(rr, 1), 25)
-            half = np.int64(1) << (rr - 1)
-            add = half - 1 + away + rne * ((sig >> rr) & 1)
+            b = row[i]
+            a = i32(b & np.uint32(0x7FFFFFFF))
+            neg = i32(b >> np.uint32(31))
+            ea = a >> i32(23)
+            sig = (a & i32(0x7FFFFF)) | (min(ea, one) << i32(23))
+            ep = max(ea, one) - s
+            rr = base - ep + fl * (ep + max(zero, emin32 - ep))   # float: base + max(0, emin-ep)
+            rr = min(max(rr, one), c25)
+            half = one << (rr - one)
+            add = half - one + away + rne * ((sig >> rr) & one)
             n = (sig + add) >> rr
-            code = n + fl * ((max(ep, emin) + bias - 1) << m)
-            code = ovf_code if code > maxcode else code
-            neg = b >> 31
-            fcode = code | (neg << signbit)
-            icode = ((code ^ -neg) + neg) & 0xFF
+            code = n + fl * ((max(ep, emin32) + bias1) << m32)
+            code = ovfc if code > maxc else code
+            fcode = code | (neg << sbit)
+            icode = ((code ^ -neg) + neg) & i32(0xFF)
             out[i] = icode if is_int else fcode
 
 
@@ -310,6 +315,21 @@ def quantize_mx(bits, block, fp, pp, rbits, codes, scales):
         ovf_code = fp[P_NAN]
     fast_min_s = -126 - emin if not is_int else -1000
     fill = nan_element_code(fp)
+    # Scale rule as two thresholds on the 24-bit significand of amax (see shared_exponent);
+    # rules with data-dependent edges (flush, any_up, NaN on overflow) take the scalar path.
+    i32 = np.int32
+    rule = pp[K_SCALE_RULE]
+    vec_rule = (not flush) and pp[K_RCEIL_SUB] == 0 and pp[K_SCALE_OVF] == 0
+    up = 1 << 24
+    if rule == RCEIL:
+        up = fp[P_MAXSIG]
+    elif rule == CEIL:
+        up = 1 << 23
+    elif rule == EVEN:
+        up = fp[P_EVENTHR] - 1
+    up_thr = i32(up)
+    down_thr = i32(fp[P_MAXSIG] if rule == ROUND_DOWN else 0)
+    e_off = i32(127 + fp[P_EMAX])
     nchunk = (nblk + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS
     for task in nb.prange(rows * nchunk):
         r = task // nchunk
@@ -317,21 +337,40 @@ def quantize_mx(bits, block, fp, pp, rbits, codes, scales):
         b1 = min(b0 + CHUNK_BLOCKS, nblk)
         row = bits[r]
         out = codes[r]
-        sh = np.empty(b1 - b0, dtype=np.int64)
+        nbk = b1 - b0
+        sh = np.empty(nbk, dtype=np.int64)
+        amx = np.empty(nbk, dtype=np.int32)
+        for k in range(nbk):                 # block amax: an integer max, vectorized
+            lo = (b0 + k) * block
+            mm = np.uint32(0)
+            for i in range(lo, min(lo + block, n)):
+                mm = max(mm, row[i] & np.uint32(0x7FFFFFFF))
+            amx[k] = np.int32(mm)
+        if vec_rule:                         # shared exponents of normal amax, branch-free
+            for k in range(nbk):
+                a = amx[k]
+                sg = (a & i32(0x7FFFFF)) | i32(0x800000)
+                e = (a >> i32(23)) - e_off + i32(sg > up_thr) - i32(sg < down_thr)
+                e = max(min(e, i32(127)), i32(-127))
+                sh[k] = i32(-127) if a == i32(0) else e
         all_fast = fast_ok
-        for blk in range(b0, b1):
-            lo = blk * block
-            hi = min(lo + block, n)
-            amax, has_nan, has_inf = block_amax(bits, r, lo, hi, flush)
-            if (has_nan and poison_nan) or (has_inf and poison_inf):
-                s = NAN_SCALE
-            elif has_inf:
-                s = 127                      # TE: Inf amax -> satfinite 0xFE (B6)
-            else:
-                s = shared_exponent(amax, fp, pp)
-            sh[blk - b0] = s
-            scales[r, blk] = 0xFF if s == NAN_SCALE else s + 127
-            if has_nan or has_inf or s == NAN_SCALE or s < fast_min_s:
+        for k in range(nbk):
+            a = amx[k]
+            blk = b0 + k
+            if not vec_rule or a >= F32_INF or (a < 0x800000 and a != 0):
+                lo = blk * block
+                amax, has_nan, has_inf = block_amax(bits, r, lo, min(lo + block, n), flush)
+                if (has_nan and poison_nan) or (has_inf and poison_inf):
+                    sh[k] = NAN_SCALE
+                elif has_inf:
+                    sh[k] = 127                  # TE: Inf amax -> satfinite 0xFE (B6)
+                else:
+                    sh[k] = shared_exponent(amax, fp, pp)
+                if has_nan or has_inf:
+                    all_fast = False
+            sv = sh[k]
+            scales[r, blk] = 0xFF if sv == NAN_SCALE else sv + 127
+            if sv == NAN_SCALE or sv < fast_min_s:
                 all_fast = False
         if all_fast:
             encode_span_fast(row, out, b0 * block, min(b1 * block, n), sh, log2_block, m, emin,
