@@ -251,14 +251,22 @@ CHUNK_BLOCKS = 256     # blocks per parallel task: rows of any length spread ove
 
 
 @njit(**_JIT)
-def encode_span_fast(row, out, lo, hi, sh, log2_block, m, emin, bias, maxcode, ovf_code,
-                     signbit, is_int, mode):
-    """Branch-free element encoding of row[lo:hi], block j at exponent ``sh[j]``
-    (RNE / ties_away / ties_zero, signed zeros preserved, no flush). Valid when every such exponent s >= -126 - emin: an fp32 subnormal input, read with
-    the fake exponent -126, then still lands on the target's subnormal grid. Same arithmetic as
-    round_magnitude: n = (sig + rounding_increment) >> r; loop-invariant choices are written as
-    arithmetic so LLVM vectorizes the loop."""
-    # 32-bit lanes (every intermediate fits: sig < 2^24, shifts <= 25) double the SIMD width.
+def encode_span_fast(row, out, lo, hi, sh, amn, mids, ge, log2_block, m, emin, bias,
+                     maxcode, ovf_code, signbit, is_int, mode):
+    """Element encoding of row[lo:hi], block j at exponent ``sh[j]`` (RNE / ties_away /
+    ties_zero, signed zeros preserved, no flush), choosing per block the cheapest of three
+    exact, vectorizable paths:
+
+    * normal: every |x| of the block (min ``amn[j]``) lands in the target's normal range, so
+      rounding is the classic increment on the fp32 bits, ``(a + inc) >> (23 - m)``, and the
+      code is that minus the rebiased exponent (the carry into the exponent is the carry);
+    * thresholds (FP4, seven midpoints): the code is the number of
+      midpoints below |x|, comparing fp32 bit patterns (monotonic in magnitude) with the
+      midpoints scaled by 2^s; a tie is ``>=`` where the upper code wins the tie;
+    * general: the round_magnitude arithmetic written branch-free.
+    All arithmetic is int32 (sig < 2^24, shifts <= 25): twice the SIMD width of int64.
+    A path is used only where it is exact: s >= -126 - emin (fp32 subnormal inputs then land
+    on the target's subnormal grid) and scaled midpoints that are normal fp32 numbers."""
     i32 = np.int32
     rne = i32(1) if mode == RNE else i32(0)
     away = i32(1) if mode == TIES_AWAY else i32(0)
@@ -267,12 +275,41 @@ def encode_span_fast(row, out, lo, hi, sh, log2_block, m, emin, bias, maxcode, o
     m32, emin32, bias1 = i32(m), i32(emin), i32(bias - 1)
     maxc, ovfc, sbit = i32(maxcode), i32(ovf_code), i32(signbit)
     zero, one, c25 = i32(0), i32(1), i32(25)
+    nthr = mids.size
     block = np.int64(1) << log2_block
+    # normal path constants
+    nhalf = i32(1) << (base - one)
+    ninc = nhalf - one + away
+    mask = i32(0x7FFFFFFF)
     for j in range(sh.size):
         s = i32(sh[j] + 127)
-        for i in range(lo + j * block, min(lo + (j + 1) * block, hi)):
+        jlo = lo + j * block
+        jhi = min(jlo + block, hi)
+        if not is_int and emin32 + s >= one and amn[j] >= ((emin32 + s) << i32(23)):
+            rebias = (s - i32(bias)) << m32
+            for i in range(jlo, jhi):
+                b = row[i]
+                a = i32(b & np.uint32(0x7FFFFFFF))
+                code = ((a + ninc + rne * ((a >> base) & one)) >> base) - rebias
+                code = ovfc if code > maxc else code
+                out[i] = code | (i32(b >> np.uint32(31)) << sbit)
+            continue
+        if nthr == 7 and (mids[0] >> 23) + s - 127 >= 1 and (mids[6] >> 23) + s - 127 <= 254:
+            # FP4: seven midpoints, unrolled so the element loop stays innermost (vectorized)
+            shift = (s - i32(127)) << i32(23)
+            t0, t1, t2 = mids[0] + shift - ge[0], mids[1] + shift - ge[1], mids[2] + shift - ge[2]
+            t3, t4, t5 = mids[3] + shift - ge[3], mids[4] + shift - ge[4], mids[5] + shift - ge[5]
+            t6 = mids[6] + shift - ge[6]
+            for i in range(jlo, jhi):
+                b = row[i]
+                a = i32(b & np.uint32(0x7FFFFFFF))
+                code = (i32(a > t0) + i32(a > t1) + i32(a > t2) + i32(a > t3) + i32(a > t4)
+                        + i32(a > t5) + i32(a > t6))
+                out[i] = code | (i32(b >> np.uint32(31)) << sbit)
+            continue
+        for i in range(jlo, jhi):
             b = row[i]
-            a = i32(b & np.uint32(0x7FFFFFFF))
+            a = i32(b & mask)
             neg = i32(b >> np.uint32(31))
             ea = a >> i32(23)
             sig = (a & i32(0x7FFFFF)) | (min(ea, one) << i32(23))
@@ -290,7 +327,7 @@ def encode_span_fast(row, out, lo, hi, sh, log2_block, m, emin, bias, maxcode, o
 
 
 @njit(parallel=True, **_JIT)
-def quantize_mx(bits, block, fp, pp, rbits, codes, scales):
+def quantize_mx(bits, block, fp, pp, rbits, mids, ge, codes, scales):
     """MX block quantization of a (rows, n) fp32-bits array along axis 1."""
     rows, n = bits.shape
     nblk = (n + block - 1) // block
@@ -340,12 +377,17 @@ def quantize_mx(bits, block, fp, pp, rbits, codes, scales):
         nbk = b1 - b0
         sh = np.empty(nbk, dtype=np.int64)
         amx = np.empty(nbk, dtype=np.int32)
-        for k in range(nbk):                 # block amax: an integer max, vectorized
+        amn = np.empty(nbk, dtype=np.int32)
+        for k in range(nbk):                 # block amax (and amin): integer reductions
             lo = (b0 + k) * block
             mm = np.uint32(0)
+            mn = np.uint32(0x7FFFFFFF)
             for i in range(lo, min(lo + block, n)):
-                mm = max(mm, row[i] & np.uint32(0x7FFFFFFF))
+                a = row[i] & np.uint32(0x7FFFFFFF)
+                mm = max(mm, a)
+                mn = min(mn, a)
             amx[k] = np.int32(mm)
+            amn[k] = np.int32(mn)
         if vec_rule:                         # shared exponents of normal amax, branch-free
             for k in range(nbk):
                 a = amx[k]
@@ -373,8 +415,8 @@ def quantize_mx(bits, block, fp, pp, rbits, codes, scales):
             if sv == NAN_SCALE or sv < fast_min_s:
                 all_fast = False
         if all_fast:
-            encode_span_fast(row, out, b0 * block, min(b1 * block, n), sh, log2_block, m, emin,
-                             bias, maxcode, ovf_code, signbit, is_int, mode)
+            encode_span_fast(row, out, b0 * block, min(b1 * block, n), sh, amn, mids, ge,
+                             log2_block, m, emin, bias, maxcode, ovf_code, signbit, is_int, mode)
             continue
         for blk in range(b0, b1):
             lo = blk * block

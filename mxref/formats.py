@@ -140,6 +140,36 @@ class FloatFormat:
     def kernel_params(self) -> np.ndarray:
         return _params(self)
 
+    @cached_property
+    def midpoint_bits(self) -> np.ndarray:
+        """fp32 bit patterns of the midpoints between consecutive magnitude codes, for
+        formats with at most 15 magnitude codes (FP4); empty otherwise. Each midpoint of such
+        a small format is exactly representable in fp32."""
+        if self.max_code > 15:
+            return np.zeros(0, dtype=np.int32)
+        mids = [(self.decode_magnitude(k) + self.decode_magnitude(k + 1)) / 2
+                for k in range(self.max_code)]
+        return np.array([_fp32_bits_exact(v) for v in mids], dtype=np.int32)
+
+    def tie_goes_up(self, rounding: str) -> np.ndarray:
+        """Per midpoint: 1 where a tie rounds to the upper code under ``rounding``."""
+        k = np.arange(1, self.midpoint_bits.size + 1)
+        if rounding == "rne":
+            return (k % 2 == 0).astype(np.int32)
+        return np.full(k.size, 1 if rounding == "ties_away" else 0, dtype=np.int32)
+
+
+def _fp32_bits_exact(v: Fraction) -> int:
+    """fp32 bits of a positive Fraction that fp32 represents exactly (normal range)."""
+    e = v.numerator.bit_length() - v.denominator.bit_length()
+    if Fraction(2) ** e > v:
+        e -= 1
+    sig = v / Fraction(2) ** e                      # in [1, 2)
+    frac = (sig - 1) * (1 << 23)
+    if frac.denominator != 1 or not -126 <= e <= 127:
+        raise ValueError(f"{v} is not an exact normal fp32 value")
+    return (e + 127) << 23 | int(frac)
+
 
 @dataclass(frozen=True)
 class IntFormat:
@@ -182,6 +212,11 @@ class IntFormat:
 
     def is_inf_code(self, code: int) -> bool:
         return False
+
+    midpoint_bits = np.zeros(0, dtype=np.int32)
+
+    def tie_goes_up(self, rounding: str) -> np.ndarray:
+        return np.zeros(0, dtype=np.int32)
 
     def decode(self, code: int) -> Fraction:
         k = code - (1 << self.bits) if code >= 1 << (self.bits - 1) else code

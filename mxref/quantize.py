@@ -171,7 +171,9 @@ def quantize(x, fmt, profile="ocp", axis: int | None = None, *, block_size: int 
             tensor_scale = np.uint32(t).view(np.float32)
             meta["global_amax_bits"] = int(gbits)
         else:
-            K.quantize_mx(bits2, bs, fp, pp, rb2, codes2, scales2)
+            el = fmt.element
+            mids, ge = el.midpoint_bits, el.tie_goes_up(prof.rounding)
+            K.quantize_mx(bits2, bs, fp, pp, rb2, mids, ge, codes2, scales2)
     elif fmt.is_nvfp4:
         tensor_scale = np.float32(1.0)
     scale_shape = moved_shape[:-1] + (nblk,)
