@@ -23,8 +23,8 @@ from .profiles import (K_FLUSH, K_INF, K_NAN, K_NV_MIN, K_OVERFLOW, K_RCEIL_SUB,
 
 # Caching is opt-in (MXREF_NUMBA_CACHE=1, with NUMBA_CACHE_DIR set): numba's cache misses
 # changes in imported modules and is keyed by CPU model (numba#1833, #4211).
-_JIT = dict(fastmath=False, cache=os.environ.get("MXREF_NUMBA_CACHE") == "1",
-            nogil=True)
+_JIT = dict(fastmath=False, error_model="numpy", nogil=True,
+            cache=os.environ.get("MXREF_NUMBA_CACHE") == "1")
 njit = nb.njit
 
 NAN_SCALE = 128          # sentinel shared exponent meaning "scale byte 0xFF"
@@ -251,13 +251,14 @@ CHUNK_BLOCKS = 256     # blocks per parallel task: rows of any length spread ove
 
 
 @njit(**_JIT)
-def encode_span_fast(row, out, lo, hi, sh, amn, mids, ge, log2_block, m, emin, bias,
+def encode_span_fast(row, out, lo, hi, sh, mids, ge, log2_block, m, emin, bias,
                      maxcode, ovf_code, signbit, is_int, mode):
     """Element encoding of row[lo:hi], block j at exponent ``sh[j]`` (RNE / ties_away /
     ties_zero, signed zeros preserved, no flush), choosing per block the cheapest of three
     exact, vectorizable paths:
 
-    * normal: every |x| of the block (min ``amn[j]``) lands in the target's normal range, so
+    * normal (FP8): every |x| of the block lands in the target's normal range (checked in the
+      same loop; otherwise the block is redone by the general path), so
       rounding is the classic increment on the fp32 bits, ``(a + inc) >> (23 - m)``, and the
       code is that minus the rebiased exponent (the carry into the exponent is the carry);
     * thresholds (FP4, seven midpoints): the code is the number of
@@ -276,6 +277,9 @@ def encode_span_fast(row, out, lo, hi, sh, amn, mids, ge, log2_block, m, emin, b
     maxc, ovfc, sbit = i32(maxcode), i32(ovf_code), i32(signbit)
     zero, one, c25 = i32(0), i32(1), i32(25)
     nthr = mids.size
+    # the optimistic normal path pays off when the normal range is wide (FP8): in FP6 blocks
+    # too many elements underflow it and the redo costs more than it saves
+    wide = (not is_int) and nthr != 7 and maxcode >> m >= 8
     block = np.int64(1) << log2_block
     # normal path constants
     nhalf = i32(1) << (base - one)
@@ -285,15 +289,20 @@ def encode_span_fast(row, out, lo, hi, sh, amn, mids, ge, log2_block, m, emin, b
         s = i32(sh[j] + 127)
         jlo = lo + j * block
         jhi = min(jlo + block, hi)
-        if not is_int and emin32 + s >= one and amn[j] >= ((emin32 + s) << i32(23)):
+        if wide and emin32 + s >= one:
+            # optimistic: if any |x| falls below the normal range, redo the block below
             rebias = (s - i32(bias)) << m32
+            thr = (emin32 + s) << i32(23)
+            under = zero
             for i in range(jlo, jhi):
                 b = row[i]
                 a = i32(b & np.uint32(0x7FFFFFFF))
+                under |= i32(a < thr)
                 code = ((a + ninc + rne * ((a >> base) & one)) >> base) - rebias
                 code = ovfc if code > maxc else code
                 out[i] = code | (i32(b >> np.uint32(31)) << sbit)
-            continue
+            if under == zero:
+                continue
         if nthr == 7 and (mids[0] >> 23) + s - 127 >= 1 and (mids[6] >> 23) + s - 127 <= 254:
             # FP4: seven midpoints, unrolled so the element loop stays innermost (vectorized)
             shift = (s - i32(127)) << i32(23)
@@ -377,45 +386,49 @@ def quantize_mx(bits, block, fp, pp, rbits, mids, ge, codes, scales):
         nbk = b1 - b0
         sh = np.empty(nbk, dtype=np.int64)
         amx = np.empty(nbk, dtype=np.int32)
-        amn = np.empty(nbk, dtype=np.int32)
-        for k in range(nbk):                 # block amax (and amin): integer reductions
+        for k in range(nbk):                 # block amax: an integer max, vectorized
             lo = (b0 + k) * block
             mm = np.uint32(0)
-            mn = np.uint32(0x7FFFFFFF)
             for i in range(lo, min(lo + block, n)):
-                a = row[i] & np.uint32(0x7FFFFFFF)
-                mm = max(mm, a)
-                mn = min(mn, a)
+                mm = max(mm, row[i] & np.uint32(0x7FFFFFFF))
             amx[k] = np.int32(mm)
-            amn[k] = np.int32(mn)
+        srow = scales[r]
+        exc = i32(0) if vec_rule else i32(1)
         if vec_rule:                         # shared exponents of normal amax, branch-free
+            fmin = i32(max(fast_min_s, -128))
             for k in range(nbk):
                 a = amx[k]
                 sg = (a & i32(0x7FFFFF)) | i32(0x800000)
                 e = (a >> i32(23)) - e_off + i32(sg > up_thr) - i32(sg < down_thr)
                 e = max(min(e, i32(127)), i32(-127))
-                sh[k] = i32(-127) if a == i32(0) else e
+                e = i32(-127) if a == i32(0) else e
+                sh[k] = e
+                srow[b0 + k] = np.uint8(e + i32(127))
+                # non-finite or subnormal amax, or an exponent the fast encoders cannot take
+                exc |= i32(a >= i32(F32_INF)) | (i32(a < i32(0x800000)) & i32(a != i32(0)))
+                exc |= i32(e < fmin)
         all_fast = fast_ok
-        for k in range(nbk):
-            a = amx[k]
-            blk = b0 + k
-            if not vec_rule or a >= F32_INF or (a < 0x800000 and a != 0):
-                lo = blk * block
-                amax, has_nan, has_inf = block_amax(bits, r, lo, min(lo + block, n), flush)
-                if (has_nan and poison_nan) or (has_inf and poison_inf):
-                    sh[k] = NAN_SCALE
-                elif has_inf:
-                    sh[k] = 127                  # TE: Inf amax -> satfinite 0xFE (B6)
-                else:
-                    sh[k] = shared_exponent(amax, fp, pp)
-                if has_nan or has_inf:
+        if exc != i32(0):                    # rare: redo the exceptional blocks one by one
+            for k in range(nbk):
+                a = amx[k]
+                blk = b0 + k
+                if not vec_rule or a >= F32_INF or (a < 0x800000 and a != 0):
+                    lo = blk * block
+                    amax, has_nan, has_inf = block_amax(bits, r, lo, min(lo + block, n), flush)
+                    if (has_nan and poison_nan) or (has_inf and poison_inf):
+                        sh[k] = NAN_SCALE
+                    elif has_inf:
+                        sh[k] = 127              # TE: Inf amax -> satfinite 0xFE (B6)
+                    else:
+                        sh[k] = shared_exponent(amax, fp, pp)
+                    if has_nan or has_inf:
+                        all_fast = False
+                sv = sh[k]
+                srow[blk] = 0xFF if sv == NAN_SCALE else sv + 127
+                if sv == NAN_SCALE or sv < fast_min_s:
                     all_fast = False
-            sv = sh[k]
-            scales[r, blk] = 0xFF if sv == NAN_SCALE else sv + 127
-            if sv == NAN_SCALE or sv < fast_min_s:
-                all_fast = False
         if all_fast:
-            encode_span_fast(row, out, b0 * block, min(b1 * block, n), sh, amn, mids, ge,
+            encode_span_fast(row, out, b0 * block, min(b1 * block, n), sh, mids, ge,
                              log2_block, m, emin, bias, maxcode, ovf_code, signbit, is_int, mode)
             continue
         for blk in range(b0, b1):
