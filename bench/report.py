@@ -5,8 +5,29 @@ import sys
 from pathlib import Path
 
 
+def timing_table(doc: dict) -> list[str]:
+    """Plain table for benchmarks that are not throughput comparisons (golden corpus costs)."""
+    m = doc["machine_info"]
+    lines = ["# Golden corpus costs (CPU)", "",
+             f"Machine: {m.get('cpu', {}).get('brand_raw', '?')}, "
+             f"{m.get('cpu', {}).get('count', '?')} logical CPUs; commit "
+             f"{doc.get('commit_info', {}).get('id', '?')[:10]}.",
+             "Targets from the golden-corpus issue: open all of L1 <= 1 s; generate L1 <= 2 min "
+             "on 2 cores.", "", "| what | median s | min s | max s |", "|---|---:|---:|---:|"]
+    for b in doc["benchmarks"]:
+        st = b["stats"]
+        lines.append(f"| {b['extra_info']['what']} | {st['median']:.3f} | {st['min']:.3f} | "
+                     f"{st['max']:.3f} |")
+    return lines
+
+
 def main(src: str, dst: str) -> None:
     doc = json.loads(Path(src).read_text())
+    if not all("fmt" in b["extra_info"] for b in doc["benchmarks"]):
+        lines = timing_table(doc)
+        Path(dst).write_text("\n".join(lines) + "\n")
+        print("\n".join(lines))
+        return
     rows = []
     for b in doc["benchmarks"]:
         info = b["extra_info"]

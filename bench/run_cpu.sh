@@ -6,3 +6,6 @@ bash scripts/setup.sh
 python3 -m pytest bench/test_bench_quantize.py -q -p no:cacheprovider \
   --benchmark-json=bench/results/cpu_quantize.json
 python3 bench/report.py bench/results/cpu_quantize.json bench/results/cpu_quantize.md
+python3 -m pytest bench/test_bench_golden.py -q -p no:cacheprovider \
+  --benchmark-json=bench/results/cpu_golden.json
+python3 bench/report.py bench/results/cpu_golden.json bench/results/cpu_golden.md

@@ -6,6 +6,7 @@ fail on them (`compare --fail-on-diff`); 2 usage or input errors (click's conven
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -211,6 +212,190 @@ def warmup_cmd():
     t = time.perf_counter()
     warmup()
     click.echo(f"compiled mxref kernels in {time.perf_counter() - t:.1f} s", err=True)
+
+
+# ---- golden corpus ------------------------------------------------------------------------
+EXIT_INTEGRITY = 3
+
+
+def _integrity_exit(problems, as_json=False, what="golden check"):
+    if as_json:
+        click.echo(json.dumps({"schema": "mxref-golden-check/1", "ok": not problems,
+                               "problems": [{"file": p.path, "check": p.check, "detail": p.detail}
+                                            for p in problems]}, indent=2))
+    for p in problems:
+        click.echo(f"FAIL {p.path}: {p.check}: {p.detail}", err=True)
+    if problems:
+        click.echo(f"{what}: {len(problems)} problem(s)", err=True)
+        sys.exit(EXIT_INTEGRITY)
+    if not as_json:
+        click.echo(f"{what}: ok")
+
+
+@main.command("generate")
+@click.option("--suite", "ops", multiple=True,
+              type=click.Choice(["quantize_mx", "quantize_nvfp4", "convert", "dequantize", "pack"]),
+              help="Ops to generate (default: all).")
+@click.option("--level", "levels", multiple=True, type=click.IntRange(0, 3), default=(0, 1),
+              show_default=True, help="TestFloat-style levels: 0 smoke, 1 CI, 2 nightly, 3 exhaustive.")
+@click.option("--out", "root", type=click.Path(file_okay=False), default="golden", show_default=True)
+@click.option("--check", is_flag=True,
+              help="Regenerate in memory and compare with the manifest instead of writing (exit 3 on drift).")
+@click.option("--json", "as_json", is_flag=True)
+def generate_cmd(ops, levels, root, check, as_json):
+    """Generate golden files (Arrow IPC) and MANIFEST.json, or --check them against a regeneration.
+
+    Levels 0 and 1 are committed under golden/; levels 2 and 3 are generated on demand into
+    another --out directory and never committed.
+    """
+    from .golden.manifest import generate, regenerate_check
+    from .golden.suites import file_specs
+
+    ops = ops or None
+    if check:
+        _integrity_exit(regenerate_check(Path(root), levels, ops), as_json, "generate --check")
+        return
+    if not check and {2, 3} & set(levels) and Path(root).resolve() == Path("golden").resolve():
+        _fail("levels 2 and 3 are never committed: pass --out DIR outside golden/")
+    total = len([s for lv in levels for s in file_specs(lv, ops)])
+    show = sys.stderr.isatty() and os.environ.get("CI") != "true"
+    with click.progressbar(length=total, label="generating", file=sys.stderr,
+                           hidden=not show) as bar:
+        entries = generate(Path(root), levels, ops, progress=lambda spec: bar.update(1))
+    size = sum(e["bytes"] for e in entries.values())
+    rows = sum(e["rows"] for e in entries.values())
+    summary = {"schema": "mxref-generate/1", "root": root, "files": len(entries), "rows": rows,
+               "bytes": size}
+    click.echo(json.dumps(summary, indent=2) if as_json else
+               f"wrote {len(entries)} files, {rows} rows, {size / 1e6:.1f} MB to {root}/")
+
+
+@main.group("golden")
+def golden_group():
+    """Integrity of the golden corpus."""
+
+
+@golden_group.command("check")
+@click.argument("root", required=False, default="golden", type=click.Path())
+@click.option("--json", "as_json", is_flag=True)
+def golden_check_cmd(root, as_json):
+    """Check hashes, format version, manifest membership and the generator-source hash.
+
+    Exit 3 names the file and the check that failed.
+    """
+    from .golden.manifest import check
+
+    _integrity_exit(check(Path(root)), as_json)
+
+
+def _fmt_row(table, i, names):
+    from .golden.store import column_numpy
+
+    parts = []
+    for n in names:
+        v = column_numpy(table, n)[i]
+        if isinstance(v, np.ndarray):
+            shown = " ".join(f"{int(b):0{v.dtype.itemsize * 2}x}" for b in v.reshape(-1)[:8])
+            parts.append(f"{n}=[{shown}{' ...' if v.size > 8 else ''}]")
+        else:
+            parts.append(f"{n}={v}")
+    return "  ".join(parts)
+
+
+@main.command("inspect")
+@click.argument("path", type=click.Path())
+@click.option("-n", "--rows", "nrows", default=3, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def inspect_cmd(path, nrows, as_json):
+    """Show a golden file's schema, metadata, class histogram and a few decoded rows."""
+    from .golden.store import GoldenIntegrityError, column_numpy, read_golden, schema_meta
+
+    try:
+        t = read_golden(path)
+    except GoldenIntegrityError as e:
+        _integrity_exit([e])
+    meta = schema_meta(t)
+    classes = column_numpy(t, "class")
+    hist = {str(c): int((classes == c).sum()) for c in sorted(set(classes.tolist()))}
+    if as_json:
+        click.echo(json.dumps({"schema": "mxref-inspect/1", "file": path, "rows": t.num_rows,
+                               "metadata": meta, "classes": hist,
+                               "fields": [{"name": f.name, "type": str(f.type),
+                                           "metadata": {k.decode(): v.decode() for k, v in
+                                                        (f.metadata or {}).items()}}
+                                          for f in t.schema]}, indent=2))
+        return
+    click.echo(f"{path}: {t.num_rows} rows")
+    for k in ("op", "format", "profile", "src_dtype", "level", "format_version", "suite_version",
+              "generator"):
+        if k in meta:
+            click.echo(f"  {k:<16}{meta[k]}")
+    click.echo("fields:")
+    for f in t.schema:
+        fm = {k.decode().removeprefix("mxref."): v.decode() for k, v in (f.metadata or {}).items()}
+        click.echo(f"  {f.name:<18}{str(f.type)[:48]:<50}{json.dumps(fm)[:80]}")
+    click.echo("classes: " + ", ".join(f"{k}={v}" for k, v in hist.items()))
+    if meta.get("cross_checks") not in (None, "[]"):
+        click.echo("cross_checks: " + meta["cross_checks"][:300])
+    shown = [n for n in t.column_names if n not in ("tags",)]
+    for i in range(min(nrows, t.num_rows)):
+        click.echo(f"row {i}: " + _fmt_row(t, i, shown))
+
+
+@main.command("diff")
+@click.argument("old", type=click.Path())
+@click.argument("new", type=click.Path())
+@click.option("--json", "as_json", is_flag=True)
+def diff_cmd(old, new, as_json):
+    """Compare two golden files case by case: per-class changes and the first differing case.
+
+    Exit 0 when identical in content, 1 when they differ, 3 when a file is unreadable.
+    """
+    from .golden.store import GoldenIntegrityError, column_numpy, read_golden
+
+    try:
+        a, b = read_golden(old), read_golden(new)
+    except GoldenIntegrityError as e:
+        _integrity_exit([e])
+    ida, idb = column_numpy(a, "case_id"), column_numpy(b, "case_id")
+    ca, cb = column_numpy(a, "class"), column_numpy(b, "class")
+    ia = {int(k): i for i, k in enumerate(ida)}
+    ib = {int(k): i for i, k in enumerate(idb)}
+    common = [n for n in a.column_names if n in b.column_names and n != "tags"]
+    per = {}
+    first = None
+    for k in sorted(set(ia) | set(ib)):
+        cls = str(ca[ia[k]] if k in ia else cb[ib[k]])
+        d = per.setdefault(cls, {"removed": 0, "added": 0, "changed": 0, "same": 0})
+        if k not in ib:
+            d["removed"] += 1
+        elif k not in ia:
+            d["added"] += 1
+        else:
+            diffs = [n for n in common
+                     if not np.array_equal(column_numpy(a, n)[ia[k]], column_numpy(b, n)[ib[k]])]
+            if diffs:
+                d["changed"] += 1
+                if first is None:
+                    first = {"case_id": k, "class": cls, "columns": diffs,
+                             "old": _fmt_row(a, ia[k], common), "new": _fmt_row(b, ib[k], common)}
+            else:
+                d["same"] += 1
+    differ = any(v["removed"] or v["added"] or v["changed"] for v in per.values())
+    if as_json:
+        click.echo(json.dumps({"schema": "mxref-diff/1", "old": old, "new": new, "differ": differ,
+                               "classes": per, "first_difference": first}, indent=2))
+    else:
+        for cls, v in sorted(per.items()):
+            click.echo(f"{cls:<6} same {v['same']:>6}  changed {v['changed']:>6}  "
+                       f"added {v['added']:>6}  removed {v['removed']:>6}")
+        if first:
+            click.echo(f"first changed case {first['case_id']:#018x} ({first['class']}), "
+                       f"columns {', '.join(first['columns'])}")
+            click.echo(f"  old: {first['old']}")
+            click.echo(f"  new: {first['new']}")
+        click.echo("identical content" if not differ else "files differ")
+    sys.exit(1 if differ else 0)
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -1,0 +1,1 @@
+"""Golden corpus: coverage-class case generators, Arrow golden files, manifest, drift checks."""

@@ -1,0 +1,190 @@
+"""Golden corpus: committed files are intact, regenerate to the same content, agree with the
+independent Fraction oracle, and every integrity failure exits 3 naming file and check."""
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from click.testing import CliRunner
+
+import oracle as O
+from mxref.cli import main
+from mxref.golden import manifest as M
+from mxref.golden import store
+from mxref.golden.store import GoldenIntegrityError, column_numpy, read_golden
+
+ROOT = Path(__file__).resolve().parents[1] / "golden"
+ELEM = {"mxfp8_e4m3": "e4m3", "mxfp8_e5m2": "e5m2", "mxfp6_e3m2": "e3m2",
+        "mxfp6_e2m3": "e2m3", "mxfp4": "e2m1", "mxint8": "int8"}
+
+
+def test_committed_corpus_passes_check():
+    problems = M.check(ROOT)
+    assert not problems, "\n".join(map(str, problems[:10]))
+
+
+def test_corpus_size_budget():
+    doc = M.load_manifest(ROOT)
+    total = sum(e["bytes"] for e in doc["files"].values())
+    assert total <= 40 * 1024 * 1024
+    assert {e["level"] for e in doc["files"].values()} == {0, 1}
+
+
+@pytest.mark.parametrize("level", [0, 1])
+def test_regeneration_matches_manifest_content(level):
+    """CI regenerates L0/L1 and compares decoded content; also the coverage tripwire."""
+    problems = M.regenerate_check(ROOT, [level])
+    assert not problems, "\n".join(map(str, problems[:10]))
+
+
+def _files(op, level):
+    doc = M.load_manifest(ROOT)
+    return [ROOT / rel for rel, e in doc["files"].items() if e["op"] == op and e["level"] == level]
+
+
+@pytest.mark.parametrize("path", _files("quantize_mx", 0) if (ROOT / "MANIFEST.json").exists() else [],
+                         ids=lambda p: p.name)
+def test_l0_quantize_rows_agree_with_fraction_oracle(path):
+    """Goldens are written by the kernels; the slow oracle re-derives every L0 row."""
+    t = read_golden(path)
+    meta = store.schema_meta(t)
+    knobs = json.loads(meta["profile_params"])
+    src = column_numpy(t, "src_bits")
+    if meta["src_dtype"] != "float32":
+        src = src.astype(np.uint32) << 16 if meta["src_dtype"] == "bfloat16" else \
+            src.view(np.float16).astype(np.float32).view(np.uint32)
+    scales, codes = column_numpy(t, "exp_scale"), column_numpy(t, "exp_codes")
+    for i in range(t.num_rows):
+        s, c = O.quantize_block([int(b) for b in src[i]], ELEM[meta["format"]], knobs)
+        assert s == scales[i], (path.name, i)
+        if s != 0xFF:
+            assert list(c) == list(codes[i]), (path.name, i)
+
+
+def test_files_are_uncompressed_zero_copy_and_carry_metadata():
+    path = _files("quantize_mx", 1)[0]
+    t = read_golden(path)
+    meta = store.schema_meta(t)
+    for key in ("format_version", "suite_version", "spec", "profile", "profile_params",
+                "generator", "generator_source_sha256", "coverage", "cross_checks"):
+        assert key in meta
+    assert isinstance(t.schema.field("src_bits").type, pa.FixedShapeTensorType)
+    fm = {k.decode(): v.decode() for k, v in t.schema.field("exp_packed").metadata.items()}
+    assert fm["mxref.role"] == "expected" and "mxref.packing" in fm
+    pool = pa.total_allocated_bytes()
+    t2 = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+    assert t2.num_rows == t.num_rows and pa.total_allocated_bytes() == pool
+
+
+# ---- every integrity failure is named and exits 3 ------------------------------------------
+@pytest.fixture()
+def corpus(tmp_path):
+    dst = tmp_path / "g"
+    shutil.copytree(ROOT, dst)
+    return dst
+
+
+def _cli(*args):
+    return CliRunner().invoke(main, list(args))
+
+
+def _a_file(root):
+    doc = json.loads((root / "MANIFEST.json").read_text())
+    return root / sorted(doc["files"])[0]
+
+
+def test_cli_check_ok(corpus):
+    r = _cli("golden", "check", str(corpus))
+    assert r.exit_code == 0, r.output
+
+
+def test_corrupted_file(corpus):
+    f = _a_file(corpus)
+    data = bytearray(f.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    f.write_bytes(bytes(data))
+    r = _cli("golden", "check", str(corpus))
+    assert r.exit_code == 3 and f.name in r.output and "sha256 bytes" in r.output
+
+
+def test_truncated_file_is_unreadable(corpus):
+    f = _a_file(corpus)
+    f.write_bytes(f.read_bytes()[:100])
+    with pytest.raises(GoldenIntegrityError, match="arrow ipc"):
+        read_golden(f)
+    r = _cli("inspect", str(f))
+    assert r.exit_code == 3 and "arrow ipc" in r.output
+
+
+def test_unknown_format_version_major(tmp_path):
+    f = tmp_path / "future.arrow"
+    cols = [store.plain_column("case_id", np.array([1], np.uint64))]
+    store.write_golden(f, cols, {"format_version": "2.0"})
+    with pytest.raises(GoldenIntegrityError, match="format_version"):
+        read_golden(f)
+
+
+def test_file_missing_from_manifest_and_missing_file(corpus):
+    extra = corpus / "L1" / "stray.arrow"
+    shutil.copy(_a_file(corpus), extra)
+    gone = _a_file(corpus)
+    gone.unlink()
+    r = _cli("golden", "check", str(corpus))
+    assert r.exit_code == 3
+    assert "stray.arrow: manifest: file is not in MANIFEST.json" in r.output
+    assert "missing" in r.output
+
+
+def test_stale_generator_hash(corpus):
+    doc = json.loads((corpus / "MANIFEST.json").read_text())
+    doc["generator_source_sha256"] = "0" * 64
+    (corpus / "MANIFEST.json").write_text(json.dumps(doc))
+    r = _cli("golden", "check", str(corpus))
+    assert r.exit_code == 3 and "generator source hash" in r.output
+
+
+def test_coverage_shrink_tripwire(corpus):
+    doc = json.loads((corpus / "MANIFEST.json").read_text())
+    rel = next(r for r, e in doc["files"].items() if e["level"] == 0 and e["op"] == "quantize_mx")
+    cls = next(iter(doc["files"][rel]["classes"]))
+    doc["files"][rel]["classes"][cls] += 1          # the manifest says we used to have more
+    (corpus / "MANIFEST.json").write_text(json.dumps(doc))
+    problems = M.regenerate_check(corpus, [0], ops=["quantize_mx"])
+    assert any(p.check == "coverage" and cls in p.detail for p in problems)
+
+
+def test_content_drift_detected(corpus):
+    doc = json.loads((corpus / "MANIFEST.json").read_text())
+    rel = next(r for r, e in doc["files"].items() if e["level"] == 0 and e["op"] == "dequantize")
+    doc["files"][rel]["sha256_content"] = "f" * 64
+    (corpus / "MANIFEST.json").write_text(json.dumps(doc))
+    r = _cli("generate", "--level", "0", "--suite", "dequantize", "--out", str(corpus), "--check")
+    assert r.exit_code == 3 and "sha256 content" in r.output
+
+
+def test_size_limit(corpus, monkeypatch):
+    monkeypatch.setattr(store, "MAX_FILE_BYTES", 10)
+    with pytest.raises(GoldenIntegrityError, match="size limit"):
+        read_golden(_a_file(corpus))
+
+
+def test_bad_manifest(tmp_path):
+    (tmp_path / "MANIFEST.json").write_text("{not json")
+    r = _cli("golden", "check", str(tmp_path))
+    assert r.exit_code == 3 and "not valid JSON" in r.output
+
+
+def test_inspect_and_diff(corpus):
+    f = _a_file(corpus)
+    r = _cli("inspect", str(f))
+    assert r.exit_code == 0 and "classes:" in r.output and "row 0:" in r.output
+    r = _cli("diff", str(f), str(f))
+    assert r.exit_code == 0 and "identical content" in r.output
+    ocp = ROOT / "L1/quantize_mx/mxfp4__ocp__bfloat16.arrow"
+    rceil = ROOT / "L1/quantize_mx/mxfp4__rceil__bfloat16.arrow"
+    r = _cli("diff", str(ocp), str(rceil), "--json")
+    doc = json.loads(r.output)
+    assert r.exit_code == 1 and doc["differ"] and "exp_scale" in doc["first_difference"]["columns"]
+    assert all(v["added"] == v["removed"] == 0 for v in doc["classes"].values())  # same case ids
