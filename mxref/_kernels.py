@@ -16,10 +16,11 @@ import os
 import numba as nb
 import numpy as np
 
-from .formats import (P_BIAS, P_EMAX, P_EMIN, P_EVENTHR, P_INF, P_KIND, P_MAXCODE, P_MAXSIG,
-                      P_MBITS, P_NAN, P_SIGNBIT, P_SUBN)
+from .formats import FP32
+from .formats import (P_BIAS, P_EMAX, P_EMIN, P_EVENTHR, P_INF, P_KIND, P_MAXCODE, P_MAXF32,
+                      P_MAXSIG, P_MBITS, P_NAN, P_SIGNBIT, P_SUBN)
 from .profiles import (K_FLUSH, K_INF, K_NAN, K_NV_MIN, K_OVERFLOW, K_RCEIL_SUB, K_ROUNDING,
-                       K_SCALE_OVF, K_SCALE_RULE, K_SZERO)
+                       K_RCEIL_LOG2, K_SCALE_OVF, K_SCALE_RULE, K_SZERO, K_ZEXP)
 
 # Caching is opt-in (MXREF_NUMBA_CACHE=1, with NUMBA_CACHE_DIR set): numba's cache misses
 # changes in imported modules and is keyed by CPU model (numba#1833, #4211).
@@ -27,6 +28,7 @@ _JIT = dict(fastmath=False, error_model="numpy", nogil=True,
             cache=os.environ.get("MXREF_NUMBA_CACHE") == "1")
 njit = nb.njit
 
+F32_PARAMS = FP32.kernel_params()
 NAN_SCALE = 128          # sentinel shared exponent meaning "scale byte 0xFF"
 F32_QNAN = 0x7FC00000
 F32_INF = 0x7F800000
@@ -35,6 +37,7 @@ F32_INF = 0x7F800000
 RNE, TIES_AWAY, TIES_ZERO, STOCHASTIC = 0, 1, 2, 3
 SATURATE, NONSATURATING = 0, 1
 POISON = 0
+SCALE_MAX = 1            # inf_in_block: Inf amax -> 0xFE
 FLOOR, RCEIL, CEIL, EVEN, ROUND_DOWN = 0, 1, 2, 3, 4
 SZ_PRESERVE, SZ_INPUT_TO_POS, SZ_NEVER_NEG = 0, 1, 2
 
@@ -199,6 +202,8 @@ def shared_exponent(amax, fp, pp):
     sig, e = normalize_f32(amax)
     rule = pp[K_SCALE_RULE]
     s = e - fp[P_EMAX]
+    if rule == RCEIL and pp[K_RCEIL_LOG2] == 1:
+        return clamp_exponent(rceil_via_f32_log2(amax, fp), pp)
     if rule == RCEIL:
         if sig > fp[P_MAXSIG]:
             s += 1
@@ -216,11 +221,44 @@ def shared_exponent(amax, fp, pp):
     elif rule == ROUND_DOWN:
         if sig < fp[P_MAXSIG]:
             s -= 1
+    return clamp_exponent(s, pp)
+
+
+@njit(**_JIT)
+def clamp_exponent(s, pp):
     if s > 127:
         return NAN_SCALE if pp[K_SCALE_OVF] == 1 else 127
     if s < -127:
         return -127
     return s
+
+
+LN2_Q32 = 2977044471     # floor(ln 2 * 2^32); every threshold below is > 1e-3 from an integer
+
+
+@njit(**_JIT)
+def rceil_via_f32_log2(amax, fp):
+    """ceil(fl32(log2(q))) with q = fl32(amax / max_normal), as torchao 0.18's RCEIL computes it.
+
+    Decided on integers: for q = 2^k (1 + m 2^-23), log2(q) = k + eps with
+    eps = log2(1 + m 2^-23); the float32 result is exactly k (so the ceiling stays k) iff eps is
+    below half an ulp of the float32 binade that holds k + eps, i.e. iff m < ln2 * 2^(e-1)
+    with e that binade's exponent. (Assumes a log2 accurate to well under the smallest margin,
+    0.08 ulp; checked against torchao on every coverage class in tests/test_peers.py.)
+    """
+    q = f32_div(amax, fp[P_MAXF32], F32_PARAMS)
+    if q == 0:
+        return -127                      # log2(0) = -inf
+    sig, k = normalize_f32(q)
+    m = sig - (1 << 23)
+    if m == 0:
+        return k
+    if k == 0:
+        return 1
+    e = bit_length(k) - 1 if k > 0 else bit_length(-k - 1) - 1   # binade of |k + eps|
+    if (m << 34) < (LN2_Q32 << (e + 1)):
+        return k
+    return k + 1
 
 
 @njit(**_JIT)
@@ -365,7 +403,8 @@ def quantize_mx(bits, block, fp, pp, rbits, mids, ge, codes, scales):
     # rules with data-dependent edges (flush, any_up, NaN on overflow) take the scalar path.
     i32 = np.int32
     rule = pp[K_SCALE_RULE]
-    vec_rule = (not flush) and pp[K_RCEIL_SUB] == 0 and pp[K_SCALE_OVF] == 0
+    vec_rule = (not flush) and pp[K_RCEIL_SUB] == 0 and pp[K_SCALE_OVF] == 0 and \
+        pp[K_RCEIL_LOG2] == 0
     up = 1 << 24
     if rule == RCEIL:
         up = fp[P_MAXSIG]
@@ -376,6 +415,8 @@ def quantize_mx(bits, block, fp, pp, rbits, mids, ge, codes, scales):
     up_thr = i32(up)
     down_thr = i32(fp[P_MAXSIG] if rule == ROUND_DOWN else 0)
     e_off = i32(127 + fp[P_EMAX])
+    zexp = pp[K_ZEXP]
+    zexp32 = i32(zexp)
     nchunk = (nblk + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS
     for task in nb.prange(rows * nchunk):
         r = task // nchunk
@@ -402,8 +443,9 @@ def quantize_mx(bits, block, fp, pp, rbits, mids, ge, codes, scales):
                 e = (a >> i32(23)) - e_off + i32(sg > up_thr) - i32(sg < down_thr)
                 e = max(min(e, i32(127)), i32(-127))
                 e = i32(-127) if a == i32(0) else e
-                sh[k] = e
                 srow[b0 + k] = np.uint8(e + i32(127))
+                e = zexp32 if e == i32(-127) else e          # exponent the elements see
+                sh[k] = e
                 # non-finite or subnormal amax, or an exponent the fast encoders cannot take
                 exc |= i32(a >= i32(F32_INF)) | (i32(a < i32(0x800000)) & i32(a != i32(0)))
                 exc |= i32(e < fmin)
@@ -416,15 +458,18 @@ def quantize_mx(bits, block, fp, pp, rbits, mids, ge, codes, scales):
                     lo = blk * block
                     amax, has_nan, has_inf = block_amax(bits, r, lo, min(lo + block, n), flush)
                     if (has_nan and poison_nan) or (has_inf and poison_inf):
-                        sh[k] = NAN_SCALE
+                        sv = NAN_SCALE
+                    elif has_inf and pp[K_INF] == SCALE_MAX:
+                        sv = 127                 # TE: Inf amax -> satfinite 0xFE (B6)
                     elif has_inf:
-                        sh[k] = 127              # TE: Inf amax -> satfinite 0xFE (B6)
+                        sv = shared_exponent(F32_INF, fp, pp)   # Inf read as 2^128
                     else:
-                        sh[k] = shared_exponent(amax, fp, pp)
+                        sv = shared_exponent(amax, fp, pp)
+                    srow[blk] = 0xFF if sv == NAN_SCALE else sv + 127
+                    sh[k] = zexp if sv == -127 else sv
                     if has_nan or has_inf:
                         all_fast = False
                 sv = sh[k]
-                srow[blk] = 0xFF if sv == NAN_SCALE else sv + 127
                 if sv == NAN_SCALE or sv < fast_min_s:
                     all_fast = False
         if all_fast:

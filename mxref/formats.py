@@ -232,8 +232,8 @@ class IntFormat:
 
 # ---- kernel parameter vector (int64), so one compiled kernel serves every format ----------
 P_KIND, P_EBITS, P_MBITS, P_BIAS, P_EMIN, P_EMAX, P_MAXCODE, P_NAN, P_INF, P_SIGNBIT, \
-    P_MAXSIG, P_EVENTHR, P_BITS, P_SUBN = range(14)
-N_PARAMS = 14
+    P_MAXSIG, P_EVENTHR, P_BITS, P_SUBN, P_MAXF32 = range(15)
+N_PARAMS = 15
 
 
 def _params(f) -> np.ndarray:
@@ -254,6 +254,8 @@ def _params(f) -> np.ndarray:
     p[P_EVENTHR] = (1 << 24) - (1 << (22 - f.mbits)) if f.mbits <= 22 else 1 << 24
     p[P_BITS] = f.bits
     p[P_SUBN] = 1 if (is_int or f.has_subnormals) else 0
+    if f.bits <= 8:   # fp32 bits of max normal (exact for every element format)
+        p[P_MAXF32] = _fp32_bits_exact(f.max_normal)
     return p
 
 

@@ -19,7 +19,10 @@ SCALE_RULES = ("floor", "rceil", "ceil", "even", "round_down")
 ROUNDINGS = ("rne", "ties_away", "ties_zero", "stochastic")
 OVERFLOWS = ("saturate", "nonsaturating")
 NAN_POLICIES = ("poison", "ignore")          # poison: scale 0xFF; ignore: amax skips NaN (TE)
-INF_POLICIES = ("poison", "scale_max")       # scale_max: Inf amax -> 0xFE (TE satfinite)
+INF_POLICIES = ("poison", "scale_max", "exponent")
+# scale_max: Inf amax -> 0xFE (TE satfinite); exponent: Inf read as 2^128 by the scale rule
+# (torchao 0.18 FLOOR/CEIL/EVEN take the exponent field of the Inf bits)
+ZERO_SCALE_ELEM_EXP = (-127, -126, 0)   # exponent elements are divided by when the byte is 0x00
 SIGNED_ZERO = ("preserve", "input_neg_zero_to_pos", "never_negative")
 RCEIL_SUBNORMAL = ("exact", "any_up")        # any_up: triton_kernels bits + 0x7FFFFF (B5)
 SCALE_OVERFLOW = ("clamp", "nan")            # shared exponent > 127: clamp (OCP) or NaN (microxcaling)
@@ -50,6 +53,8 @@ class Profile:
     nvfp4_order: str = "exact"
     nvfp4_scale_min: str = "subnormal"
     nvfp4_tensor_scale: bool = True
+    zero_scale_elem_exp: int = -127    # -126: torchao FLOOR/CEIL/EVEN clamp; 0: torchao RCEIL
+    rceil_f32_log2: bool = False       # torchao 0.18 RCEIL: ceil(float32 log2(fl(amax / max)))
     formats: tuple | None = None       # formats the source stack defines; None: every format
     distinguishing: tuple = field(default_factory=tuple)  # prose: vectors that tell it from ocp
 
@@ -64,6 +69,14 @@ class Profile:
             if value not in allowed:
                 raise ProfileConflictError(
                     f"profile {self.name!r}: {knob}={value!r} is not one of {allowed}")
+        if self.zero_scale_elem_exp not in ZERO_SCALE_ELEM_EXP:
+            raise ProfileConflictError(
+                f"profile {self.name!r}: zero_scale_elem_exp={self.zero_scale_elem_exp!r} is not "
+                f"one of {ZERO_SCALE_ELEM_EXP}")
+        if self.rceil_f32_log2 and (self.scale_rule != "rceil" or self.rceil_subnormal != "exact"):
+            raise ProfileConflictError(
+                f"profile {self.name!r}: rceil_f32_log2 needs scale_rule='rceil' with "
+                "rceil_subnormal='exact'")
         if self.rceil_subnormal != "exact" and self.scale_rule != "rceil":
             raise ProfileConflictError(
                 f"profile {self.name!r}: rceil_subnormal={self.rceil_subnormal!r} only applies "
@@ -98,13 +111,17 @@ class Profile:
             raise ProfileConflictError(
                 f"profile {self.name!r}: overflow='nonsaturating' needs a format with NaN or Inf; "
                 f"{fmt.name} ({el.name}) has neither")
+        if fmt.is_nvfp4 and (self.inf_in_block == "exponent" or self.zero_scale_elem_exp != -127):
+            raise ProfileConflictError(
+                f"profile {self.name!r}: inf_in_block='exponent' and zero_scale_elem_exp are "
+                "E8M0 knobs; NVFP4 does not define them")
         if fmt.is_nvfp4 and self.scale_rule != "floor":
             raise ProfileConflictError(
                 f"profile {self.name!r}: scale_rule={self.scale_rule!r} is an E8M0 rule; NVFP4 "
                 "block scales are E4M3 values chosen by nvfp4_order")
 
     def kernel_params(self) -> np.ndarray:
-        p = np.zeros(12, dtype=np.int64)
+        p = np.zeros(14, dtype=np.int64)
         p[K_SCALE_RULE] = SCALE_RULES.index(self.scale_rule)
         p[K_ROUNDING] = ROUNDINGS.index(self.rounding)
         p[K_OVERFLOW] = OVERFLOWS.index(self.overflow)
@@ -117,11 +134,13 @@ class Profile:
         p[K_NV_ORDER] = NVFP4_ORDERS.index(self.nvfp4_order)
         p[K_NV_MIN] = NVFP4_SCALE_MIN.index(self.nvfp4_scale_min)
         p[K_NV_TSCALE] = int(self.nvfp4_tensor_scale)
+        p[K_ZEXP] = self.zero_scale_elem_exp
+        p[K_RCEIL_LOG2] = int(self.rceil_f32_log2)
         return p
 
 
 (K_SCALE_RULE, K_ROUNDING, K_OVERFLOW, K_NAN, K_INF, K_SZERO, K_FLUSH, K_RCEIL_SUB, K_SCALE_OVF,
- K_NV_ORDER, K_NV_MIN, K_NV_TSCALE) = range(12)
+ K_NV_ORDER, K_NV_MIN, K_NV_TSCALE, K_ZEXP, K_RCEIL_LOG2) = range(14)
 
 _OCP = Profile(
     "ocp",
@@ -142,31 +161,38 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
         distinguishing=("mxfp8_e4m3 block amax 480: ocp scale 0x7F (480->448), rceil 0x80 (exact 240)",)),
     _OCP.replace(
         name="torchao_floor",
-        description="torchao mx_formats to_mx, ScaleCalculationMode.FLOOR (default). Matches ocp "
-                    "bit for bit on scales and finite codes; NaN/Inf block -> 0xFF.",
-        source="pytorch/ao torchao/prototype/mx_formats/mx_tensor.py::to_mx",
+        description="torchao 0.18 mx_formats to_mx, ScaleCalculationMode.FLOOR (default): the "
+                    "ocp rule, but an Inf is read as 2^128 by the scale (FP8: byte 0xF7) and a "
+                    "0x00 block divides its elements by 2^-126 (scale clamped to the smallest "
+                    "normal); NaN block -> 0xFF.",
+        source="pytorch/ao torchao/prototype/mx_formats/mx_tensor.py::to_mx (torchao 0.18.0)",
+        inf_in_block="exponent", zero_scale_elem_exp=-126,
         formats=("mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4"),
         distinguishing=("none on finite data; NaN-block element bytes differ (don't-care)",)),
     _OCP.replace(
         name="torchao_rceil",
-        description="torchao to_mx ScaleCalculationMode.RCEIL (the cuBLAS algorithm).",
-        source="torchao mx_tensor.py::_to_mx_rceil; B1, B5",
-        scale_rule="rceil",
+        description="torchao 0.18 to_mx ScaleCalculationMode.RCEIL (the cuBLAS algorithm, computed "
+                    "as ceil(float32 log2(fl(amax / max)))): fp32 amax one ulp above a rceil "
+                    "boundary stays below it; Inf amax -> 0xFE; a 0x00 block leaves its elements "
+                    "unscaled (multiplier 1.0).",
+        source="torchao mx_tensor.py::_to_mx_rceil (torchao 0.18.0); B1, B5",
+        scale_rule="rceil", inf_in_block="scale_max", zero_scale_elem_exp=0, rceil_f32_log2=True,
         formats=("mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4"),
         distinguishing=("mxfp4 block {7.0, 0.25}: scale 0x80, 7 -> 8 (code 0x6)",)),
     _OCP.replace(
         name="torchao_ceil",
-        description="torchao ScaleCalculationMode.CEIL: ceil(log2 amax) - emax_elem.",
-        source="torchao mx_tensor.py (mantissa_gt_one branch); B2",
-        scale_rule="ceil",
+        description="torchao 0.18 ScaleCalculationMode.CEIL: ceil(log2 amax) - emax_elem; Inf "
+                    "and 0x00 blocks as torchao_floor.",
+        source="torchao mx_tensor.py (mantissa_gt_one branch, torchao 0.18.0); B2",
+        scale_rule="ceil", inf_in_block="exponent", zero_scale_elem_exp=-126,
         formats=("mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4"),
         distinguishing=("mxfp8_e4m3 amax 300: ceil 2^1 (0x80), rceil 2^0 (0x7F)",)),
     _OCP.replace(
         name="torchao_even",
-        description="torchao / AMD Quark EVEN: round amax to the element mantissa width (ties up), "
-                    "then floor.",
-        source="torchao mx_tensor.py (EVEN branch); Quark mx/triton.py mode 2; B3",
-        scale_rule="even",
+        description="torchao 0.18 / AMD Quark EVEN: round amax to the element mantissa width "
+                    "(ties up), then floor; Inf and 0x00 blocks as torchao_floor.",
+        source="torchao mx_tensor.py (EVEN branch, torchao 0.18.0); Quark mx/triton.py mode 2; B3",
+        scale_rule="even", inf_in_block="exponent", zero_scale_elem_exp=-126,
         formats=("mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4"),
         distinguishing=("mxfp4 amax 7.0 (significand 1.75): even 0x80, ocp 0x7F",)),
     _OCP.replace(

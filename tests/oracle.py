@@ -1,11 +1,15 @@
 """Slow, independent oracle for docs/semantics.md: exact `fractions.Fraction` arithmetic only.
 
-Nothing here imports mxref or numpy; every format fact is derived from the few declared
-fields below. Values are (sign, Fraction magnitude) pairs, or the strings 'nan', '+inf', '-inf'.
+Nothing here imports mxref; every format fact is derived from the few declared fields below.
+numpy appears once, to round a float64 log2 to float32 for the torchao RCEIL variant (the
+one profile whose rule is defined by a float32 log2). Values are (sign, Fraction magnitude) pairs, or the strings 'nan', '+inf', '-inf'.
 Element formats are named by their element name: e2m1, e2m3, e3m2, e4m3, e5m2, int8.
 """
+import math
 from fractions import Fraction
 from functools import lru_cache
+
+import numpy as np
 
 HALF = Fraction(1, 2)
 NAN32 = 0x7FC00000
@@ -174,14 +178,22 @@ def block_scale(bits_list, fmt, knobs):
     if (has_nan and knobs["nan_in_block"] == "poison") or \
             (has_inf and knobs["inf_in_block"] == "poison"):
         return 0xFF
-    if has_inf:
+    if has_inf and knobs["inf_in_block"] == "scale_max":
         return 0xFE
+    if has_inf:                      # "exponent": the Inf is read as 2^128 by the scale rule
+        amax = pow2(128)
     if amax == 0:
         return 0x00
     mb, emin, emax, mx, *_ = facts(fmt)
     rule = knobs["scale_rule"]
     if rule == "floor":
         s = floor_log2(amax) - emax
+    elif rule == "rceil" and knobs.get("rceil_f32_log2"):
+        # torchao 0.18: ceil(float32(log2(fl32(amax / max)))); log2 here in float64, then RNE
+        # to float32 with numpy (margins are >= 0.08 float32 ulp, far above float64 error)
+        q = value_to_fp32_bits(0, amax / mx)
+        qf = float(np.uint32(q).view(np.float32))
+        s = -127 if qf == 0 else math.ceil(float(np.float32(math.log2(qf))))
     elif rule == "rceil":
         s = ceil_log2(amax / mx)
     elif rule == "ceil":
@@ -219,8 +231,9 @@ def quantize_block(bits_list, fmt, knobs, rbits=None):
     byte = block_scale(bits_list, fmt, knobs)
     if byte == 0xFF:
         return byte, [nan_or_zero(fmt)] * len(bits_list)
+    s = byte - 127 if byte else knobs.get("zero_scale_elem_exp", -127)
     rbits = rbits if rbits is not None else [None] * len(bits_list)
-    return byte, [element_code(b, byte - 127, fmt, knobs, r) for b, r in zip(bits_list, rbits)]
+    return byte, [element_code(b, s, fmt, knobs, r) for b, r in zip(bits_list, rbits)]
 
 
 def dequantize_value(code, scale_byte, fmt):

@@ -165,3 +165,23 @@ def test_amax_2k_minus_1ulp_not_fooled_by_float_log2():
     # float32 log2(16777215) rounds to 24.0 (conformance_anchors A8); exact floor is 23.
     r = q(block(16777215.0), "mxfp4", "ocp")
     assert r.scales[0] == 127 + 21 and r.codes[0] == 0x7   # 2^21, 7.99.. saturates to 6
+
+
+def test_torchao_018_inf_block_reads_inf_as_2_128():
+    r = q(block(np.inf, 1.0), "mxfp8_e4m3", "torchao_floor")
+    assert r.scales[0] == 0xF7 and r.codes[0] == 0x7E and r.codes[1] == 0   # 128 - 8 + 127
+    assert q(block(np.inf, 1.0), "mxfp4", "torchao_floor").scales[0] == 253    # 128 - 2 + 127
+    assert q(block(np.inf, 1.0), "mxfp8_e4m3", "torchao_rceil").scales[0] == 0xFE
+
+
+def test_torchao_018_zero_scale_element_divisor():
+    tiny = np.float32(2.0**-130)          # block amax 2^-130 -> scale byte 0x00 in every rule
+    assert q(block(tiny), "mxfp8_e4m3", "ocp").codes[0] == 0x20          # / 2^-127 = 2^-3
+    assert q(block(tiny), "mxfp8_e4m3", "torchao_floor").codes[0] == 0x18  # / 2^-126 = 2^-4
+    assert q(block(tiny), "mxfp8_e4m3", "torchao_rceil").codes[0] == 0x00  # unscaled: 2^-130
+
+
+def test_torchao_018_rceil_float32_log2():
+    x = block(np.uint32(0x3FE00001).view(np.float32))   # 1.75 + 1 ulp: exact rceil is 2^-7
+    assert q(x, "mxfp8_e4m3", "rceil").scales[0] == 120
+    assert q(x, "mxfp8_e4m3", "torchao_rceil").scales[0] == 119       # log2 rounds to -8.0

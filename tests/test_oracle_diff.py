@@ -212,7 +212,8 @@ def oracle_fast(bits2, fmt, knobs):
     uscale = [O.block_scale([int(k) & 0xFFFFFFFF] + [0x7FC00000] * (int(k) >> 32 & 1)
                             + [0x7F800000] * (int(k) >> 33 & 1), el, knobs) for k in ukeys]
     scales = np.array(uscale, np.uint8)[inv.reshape(-1)]
-    s = scales.astype(np.int64)[:, None] - 127
+    s = np.where(scales == 0, knobs.get("zero_scale_elem_exp", -127),
+                 scales.astype(np.int64) - 127)[:, None]
     sign = (bits2 >> 31).astype(np.int64)
     expf = mag >> 23
     man = mag & 0x7FFFFF

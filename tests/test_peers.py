@@ -33,11 +33,24 @@ def inputs():
     return {"gauss_bf16": gauss.to(torch.bfloat16), "gauss_fp32": gauss, "boundary_bf16": special}
 
 
+def golden_inputs(fmt, dtype):
+    """Every coverage class of the committed L1 corpus (ties, zero and Inf blocks, E8M0 edges)."""
+    from pathlib import Path
+
+    from mxref.golden.store import column_numpy, read_golden
+    path = Path(__file__).resolve().parents[1] / f"golden/L1/quantize_mx/{fmt}__ocp__{dtype}.arrow"
+    src = np.array(column_numpy(read_golden(path), "src_bits"))   # writable copy for torch
+    if dtype == "bfloat16":
+        return torch.from_numpy(src.view(np.int16)).view(torch.bfloat16)
+    return torch.from_numpy(src.view(np.float32))
+
+
 @pytest.mark.parametrize("profile", list(MODES))
 @pytest.mark.parametrize("fmt", list(DTYPES))
-@pytest.mark.parametrize("name", ["gauss_bf16", "gauss_fp32", "boundary_bf16"])
+@pytest.mark.parametrize("name", ["gauss_bf16", "gauss_fp32", "boundary_bf16", "golden_bfloat16",
+                                  "golden_float32"])
 def test_torchao_to_mx_bit_exact(profile, fmt, name):
-    x = inputs()[name]
+    x = golden_inputs(fmt, name.split("_")[1]) if name.startswith("golden") else inputs()[name]
     mode = getattr(config.ScaleCalculationMode, MODES[profile])
     scale, data = mx_tensor.to_mx(x, DTYPES[fmt], 32, mode)
     ours = mxref.quantize(x, fmt, profile)
