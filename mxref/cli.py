@@ -288,6 +288,22 @@ def golden_check_cmd(root, as_json):
     _integrity_exit(check(Path(root)), as_json)
 
 
+def _decoded(table, name, v):
+    """Float values of an ieee754-bits tensor cell (fp32, bf16 or fp16 patterns)."""
+    meta = {k.decode(): v.decode() for k, v in (table.schema.field(name).metadata or {}).items()}
+    if meta.get("mxref.encoding") != "ieee754-bits":
+        return None
+    dt = meta.get("mxref.dtype", "").strip('"')
+    flat = np.ascontiguousarray(v.reshape(-1)[:8])
+    if dt == "float32":
+        return flat.view(np.float32)
+    if dt == "float16":
+        return flat.view(np.float16)
+    if dt == "bfloat16":
+        return (flat.astype(np.uint32) << 16).view(np.float32)
+    return None
+
+
 def _fmt_row(table, i, names):
     from .golden.store import column_numpy
 
@@ -297,6 +313,10 @@ def _fmt_row(table, i, names):
         if isinstance(v, np.ndarray):
             shown = " ".join(f"{int(b):0{v.dtype.itemsize * 2}x}" for b in v.reshape(-1)[:8])
             parts.append(f"{n}=[{shown}{' ...' if v.size > 8 else ''}]")
+            vals = _decoded(table, n, v)
+            if vals is not None:
+                parts.append("  (= " + " ".join(f"{float(x):.6g}" for x in vals)
+                             + (" ..." if v.size > 8 else "") + ")")
         else:
             parts.append(f"{n}={v}")
     return "  ".join(parts)
