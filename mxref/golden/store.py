@@ -121,7 +121,7 @@ def content_hash(table: pa.Table) -> str:
     h = hashlib.sha256()
     for name in table.column_names:
         col = table.column(name).combine_chunks()
-        h.update(name.encode() + b"\0" + str(col.type).encode() + b"\0")
+        h.update(name.encode() + b"\0" + _canonical_type(col.type).encode() + b"\0")
         if isinstance(col.type, pa.FixedShapeTensorType):
             h.update(np.ascontiguousarray(col.to_numpy_ndarray()).tobytes())
         elif pa.types.is_dictionary(col.type) or pa.types.is_list(col.type) \
@@ -130,6 +130,17 @@ def content_hash(table: pa.Table) -> str:
         else:
             h.update(np.ascontiguousarray(col.to_numpy(zero_copy_only=False)).tobytes())
     return h.hexdigest()
+
+
+def _canonical_type(typ) -> str:
+    """A type description that does not depend on pyarrow's repr of extension types."""
+    if isinstance(typ, pa.FixedShapeTensorType):
+        return f"fixed_shape_tensor<{typ.value_type}>{list(typ.shape)}"
+    if pa.types.is_dictionary(typ):
+        return f"dictionary<{typ.value_type}>"
+    if pa.types.is_list(typ):
+        return f"list<{typ.value_type}>"
+    return str(typ)
 
 
 def sha256_bytes(data: bytes) -> str:
