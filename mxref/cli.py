@@ -234,7 +234,8 @@ def _integrity_exit(problems, as_json=False, what="golden check"):
 
 @main.command("generate")
 @click.option("--suite", "ops", multiple=True,
-              type=click.Choice(["quantize_mx", "quantize_nvfp4", "convert", "dequantize", "pack"]),
+              type=click.Choice(["quantize_mx", "quantize_mx_tensor", "quantize_nvfp4", "convert",
+                                 "dequantize", "pack"]),
               help="Ops to generate (default: all).")
 @click.option("--level", "levels", multiple=True, type=click.IntRange(0, 3), default=(0, 1),
               show_default=True, help="TestFloat-style levels: 0 smoke, 1 CI, 2 nightly, 3 exhaustive.")

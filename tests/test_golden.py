@@ -188,3 +188,23 @@ def test_inspect_and_diff(corpus):
     doc = json.loads(r.output)
     assert r.exit_code == 1 and doc["differ"] and "exp_scale" in doc["first_difference"]["columns"]
     assert all(v["added"] == v["removed"] == 0 for v in doc["classes"].values())  # same case ids
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "mxfp8_e4m3", "mxint8"])
+def test_l0_tensor_rows_both_axes_agree_with_oracle(fmt):
+    """quantize_mx_tensor: every block of both block axes re-derived by the Fraction oracle."""
+    t = read_golden(ROOT / f"L0/quantize_mx_tensor/{fmt}__ocp__float32.arrow")
+    knobs = json.loads(store.schema_meta(t)["profile_params"])
+    src = column_numpy(t, "src_bits")[0]
+    for axis in (0, 1):
+        sc = column_numpy(t, f"exp_scales_axis{axis}")[0]
+        codes = column_numpy(t, f"exp_codes_axis{axis}")[0]
+        s2, c2 = (src.T, codes.T) if axis == 0 else (src, codes)
+        sc2 = sc.T if axis == 0 else sc
+        for r in range(s2.shape[0]):
+            for b in range(sc2.shape[1]):
+                blk = [int(v) for v in s2[r, b * 32:(b + 1) * 32]]
+                s, c = O.quantize_block(blk, ELEM[fmt], knobs)
+                assert s == sc2[r, b], (axis, r, b)
+                if s != 0xFF:
+                    assert list(c) == list(c2[r, b * 32:(b + 1) * 32]), (axis, r, b)

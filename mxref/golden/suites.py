@@ -4,6 +4,8 @@ One file per (op x format x profile x source dtype x level). Ops:
 
 * ``quantize_mx``: one row = one 32-element block: source bits -> scale byte, codes, packed
   bytes, dequantized fp32 bits.
+* ``quantize_mx_tensor``: one row = one 40x40 tensor (ragged along both axes) quantized along
+  axis 0 and along axis 1 (layout classes L1, L2).
 * ``quantize_nvfp4``: one row = one 64-element tensor (4 blocks of 16), its own global amax:
   source bits -> 4 E4M3 scales, 64 codes, fp32 tensor scale, dequantized fp32 bits.
 * ``convert``: element conversion alone at scale 2^0 (rounding, overflow, signed zero).
@@ -72,7 +74,8 @@ def file_specs(level: int, ops=None) -> list[FileSpec]:
     for op in ops:
         for fmt in FORMATS:
             for pname, prof in PROFILES.items():
-                if op == "quantize_mx" and not FORMATS[fmt].is_nvfp4 and _applies(fmt, prof):
+                if op in ("quantize_mx", "quantize_mx_tensor") and not FORMATS[fmt].is_nvfp4 \
+                        and _applies(fmt, prof):
                     specs += [FileSpec(op, fmt, pname, s, level) for s in SRC_NP]
                 elif op == "quantize_nvfp4" and FORMATS[fmt].is_nvfp4 and _applies(fmt, prof):
                     specs += [FileSpec(op, fmt, pname, s, level) for s in SRC_NP]
@@ -116,7 +119,10 @@ def _common_meta(spec: FileSpec, coverage: dict, extra: dict) -> dict:
         "generator_source_sha256": generator_source_sha256(),
         "oracle": {"kind": "integer-domain numba kernels, differentially tested against the "
                            "fractions.Fraction oracle in tests/oracle.py"},
-        "coverage": coverage, **extra,
+        "coverage": coverage,
+        "rng": {"bitgen": "PCG64 raw 64-bit words", "seed": "sha256 of (element, dtype, class, "
+                "block key) per block", "note": "provenance only: every input is stored"},
+        **extra,
     }
 
 
@@ -315,7 +321,49 @@ def build_pack(spec: FileSpec, cross_check=True):
     return cols, all_cls, {"cross_checks": []}
 
 
-OPS = {"quantize_mx": build_quantize_mx, "quantize_nvfp4": build_quantize_nvfp4,
+TENSOR_SHAPE = (40, 40)          # ragged along both axes (40 = 32 + 8)
+TENSORS_PER_LEVEL = {0: 1, 1: 2, 2: 10, 3: 10}
+
+
+def build_quantize_mx_tensor(spec: FileSpec, cross_check=True):
+    """Layout classes L1 (ragged) and L2 (either block axis): 40x40 tensors made of 50
+    consecutive coverage-class blocks, quantized along axis 0 and along axis 1."""
+    fmt = FORMATS[spec.fmt]
+    cs = C.block_cases(fmt.element.name, spec.src_dtype, max(spec.level, 1))
+    cs = [c for c in cs if c.n_valid == c.src.size]
+    if not cs:
+        return None
+    per = TENSOR_SHAPE[0] * TENSOR_SHAPE[1] // 32
+    rows, tags = [], []
+    for t in range(TENSORS_PER_LEVEL[spec.level]):
+        pick = [cs[(t * per + j * 7) % len(cs)] for j in range(per)]   # stride mixes classes
+        rows.append(np.concatenate([c.src for c in pick]).reshape(TENSOR_SHAPE))
+        tags.append(sorted({c.cls for c in pick}))
+    src = np.stack(rows).astype(SRC_NP[spec.src_dtype])
+    x, sd = _views(src, spec.src_dtype)
+    q0 = quantize(x, spec.fmt, spec.profile, axis=1, source_dtype=sd)     # tensor axis 0
+    q1 = quantize(x, spec.fmt, spec.profile, axis=2, source_dtype=sd)     # tensor axis 1
+    classes = ["L2"] * len(rows)
+    el = fmt.element
+    code_meta = {"dtype": el.name, "encoding": "ocp-code", "packing": "unpacked",
+                 "role": "expected", "logical_shape": list(TENSOR_SHAPE)}
+    cols = [
+        plain_column("case_id", _case_ids(spec, classes, src)),
+        dict_column("class", classes),
+        plain_column("tags", tags),
+        dict_column("check", ["bitexact"] * len(rows)),
+        _src_field(spec, src, TENSOR_SHAPE),
+        tensor_column("exp_scales_axis0", q0.scales, {
+            "dtype": fmt.scale.name, "encoding": "ocp-code", "role": "expected", "block_axis": 0}),
+        tensor_column("exp_codes_axis0", q0.codes, {**code_meta, "block_axis": 0}),
+        tensor_column("exp_scales_axis1", q1.scales, {
+            "dtype": fmt.scale.name, "encoding": "ocp-code", "role": "expected", "block_axis": 1}),
+        tensor_column("exp_codes_axis1", q1.codes, {**code_meta, "block_axis": 1}),
+    ]
+    return cols, classes, {"cross_checks": []}
+
+
+OPS = {"quantize_mx": build_quantize_mx, "quantize_mx_tensor": build_quantize_mx_tensor, "quantize_nvfp4": build_quantize_nvfp4,
        "convert": build_convert, "dequantize": build_dequantize, "pack": build_pack}
 
 
