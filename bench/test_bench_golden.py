@@ -4,8 +4,6 @@ import shutil
 import tempfile
 from pathlib import Path
 
-import pytest
-
 from mxref.golden import manifest as M
 from mxref.golden.store import read_golden
 

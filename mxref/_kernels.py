@@ -18,7 +18,7 @@ import numpy as np
 
 from .formats import FP32
 from .formats import (P_BIAS, P_EMAX, P_EMIN, P_EVENTHR, P_INF, P_KIND, P_MAXCODE, P_MAXF32,
-                      P_MAXSIG, P_MBITS, P_NAN, P_SIGNBIT, P_SUBN)
+                      P_MAXSIG, P_MBITS, P_NAN, P_SIGNBIT)
 from .profiles import (K_FLUSH, K_INF, K_NAN, K_NV_MIN, K_OVERFLOW, K_RCEIL_SUB, K_ROUNDING,
                        K_RCEIL_LOG2, K_SCALE_OVF, K_SCALE_RULE, K_SZERO, K_ZEXP)
 
@@ -89,20 +89,16 @@ def round_magnitude(sig, p, exp2, sticky, fp, mode, rbits):
     if r <= 0:
         n = sig << (-r) if -r < 40 else (1 << 40)   # huge: certainly overflows
         up = 0
-        if mode == STOCHASTIC and sticky and r == 0:
-            up = 0  # fraction below 2^-32 of a quantum: never reaches the 32-bit threshold
     else:
         if r >= 63:
             n = 0
             rem_vs_half = -1                  # fraction < 1/2 (sig < 2^61)
             frac32 = 0
-            rem_zero = False
         else:
             n = sig >> r
             rem = sig & ((1 << r) - 1)
             half = 1 << (r - 1)
             rem_vs_half = 1 if rem > half else (0 if rem == half else -1)
-            rem_zero = rem == 0
             if r <= 32:
                 frac32 = rem << (32 - r)
             else:

@@ -737,7 +737,6 @@ class _Ctx:
         out = []
         ks = self.ks()
         for k in ks[:2]:
-            X = _p2(k)
             ms = el.min_sub
             tiny = self.sv([(v, i % 2 == 1) for i, v in enumerate(
                 (ms, ms / 2, 3 * ms / 4, ms / 4, 3 * ms / 2, 5 * ms / 4, 5 * ms / 8, _p2(-40),
