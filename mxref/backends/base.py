@@ -1,0 +1,97 @@
+"""The backend protocol: what a kernel stack implements to be held to the golden corpus.
+
+A backend is any object with the attributes and methods of :class:`Backend` (subclassing it is
+optional; duck typing is enough). Every method takes and returns **numpy arrays of bit
+patterns**, C-contiguous, so no float conversion can hide a difference:
+
+========================  ===================================================================
+source dtype              array dtype
+========================  ===================================================================
+``float32``               ``uint32`` (IEEE-754 binary32 bits)
+``bfloat16``/``float16``  ``uint16``
+element / scale codes     ``uint8`` (one code per byte, unpacked; E8M0 or E4M3 scale bytes)
+fp32 results              ``uint32`` bits
+========================  ===================================================================
+
+Methods (a backend implements those of the golden ops it lists in ``ops``; ``verify`` calls
+whole files at once, never one row at a time, except ``pack``/``scale_layout`` whose rows
+have different shapes):
+
+``quantize_mx(src, *, src_dtype, fmt, profile, axis) -> (scales, codes)``
+    golden ops ``quantize_mx`` and ``quantize_mx_tensor``. ``src`` has any rank; blocks of
+    ``FORMATS[fmt].block_size`` run along ``axis`` (a ragged last block is handled as the
+    profile says). ``scales``: uint8, ``src.shape`` with ``axis`` reduced to
+    ``ceil(n / block)``; ``codes``: uint8, ``src.shape``.
+``quantize_nvfp4(src, *, src_dtype, profile) -> (scales, codes, tensor_scale)``
+    ``src`` is ``[T, R, C]``: T independent tensors, each with its own global amax, blocks
+    of 16 along the last axis. ``scales`` uint8 ``[T, R, C/16]`` (E4M3 codes), ``codes``
+    uint8 ``[T, R, C]``, ``tensor_scale`` uint32 ``[T]`` (fp32 bits of the decode-side tensor
+    scale: value = e2m1 * e4m3 * tensor_scale).
+``convert(src, *, src_dtype, fmt, profile) -> codes``
+    element conversion alone at scale 2^0; ``codes`` has ``src.shape``.
+``dequantize(scales, codes, *, fmt, profile) -> bits``
+    ``scales`` uint8 ``[..., nb]``, ``codes`` uint8 ``[..., nb * block]`` (blocks along the
+    last axis); returns uint32 fp32 bits shaped like ``codes``.
+``pack(codes, *, fmt) -> packed``
+    uint8 ``[n]`` -> uint8 ``[ceil(n * bits / 8)]`` (FP4 element 0 in the low nibble, FP6 four
+    per three bytes little-endian, FP8/INT8 unchanged).
+``scale_layout(scales, *, layout) -> bytes``
+    uint8 ``[R, C]`` -> uint8 1-D in ``cublas`` (128x4 tiles) or ``amd`` (e8m0_shuffle) order.
+    Part of golden op ``pack``.
+
+``profile`` is the name of a profile in :data:`mxref.PROFILES`. A backend that implements one
+fixed behaviour (a third-party stack) may ignore it: ``verify`` only asks a backend for the
+profiles it claims, and ``--detect-profile`` compares the backend's native behaviour with every
+profile's goldens.
+
+A method may raise :class:`Unsupported` for a call it cannot make (a dtype its stack lacks);
+those cases are counted as skipped, never as passed. Any other exception is recorded per case
+as an error.
+"""
+from __future__ import annotations
+
+from ..errors import MXRefError
+
+GOLDEN_OPS = ("quantize_mx", "quantize_mx_tensor", "quantize_nvfp4", "convert", "dequantize",
+              "pack")
+
+
+class BackendUnavailable(MXRefError):
+    """The backend cannot run here (import failure, no device); verify exits 4."""
+
+
+class UnknownBackendError(MXRefError, KeyError):
+    """A backend name that is neither built in, an entry point, nor importable module:object."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class Unsupported(MXRefError):
+    """Raised by a backend method for a call it does not implement (counted as skipped)."""
+
+
+class Backend:
+    """Base class with the declared attributes; subclasses override what they implement."""
+
+    name: str = "unnamed"
+    version: str = "0"
+    device: str = "cpu"
+    ops: frozenset = frozenset()
+    # profile names the backend claims to implement bit-exactly; ("*",) = every profile
+    profiles: tuple = ()
+
+    def check_available(self) -> None:
+        """Raise BackendUnavailable(reason) when the backend cannot run on this machine."""
+
+    def describe(self) -> dict:
+        """Name, version, device and anything else a report should show (arch, runtime)."""
+        return {"name": self.name, "version": self.version, "device": self.device}
+
+    def claims(self, profile: str) -> bool:
+        return "*" in self.profiles or profile in self.profiles
+
+    @property
+    def native_profile(self) -> str:
+        """The profile a fixed-behaviour backend is run as under --detect-profile."""
+        return "ocp" if "*" in self.profiles or not self.profiles else self.profiles[0]

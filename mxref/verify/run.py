@@ -1,0 +1,391 @@
+"""`mxref verify` as a library call: select, run, compare, apply expectations, summarize.
+
+:func:`verify` returns a :class:`VerifyReport` whose ``to_json()`` is the ``mxref-verify/1``
+document and whose ``exit_code`` is what the CLI exits with:
+
+0 every selected case bit-exact (xfails allowed); 1 mismatches, backend errors, or XPASS under
+``strict_xpass``; 3 golden integrity; 4 backend unavailable or nothing it could run; 5 nothing
+selected. (2, usage, is the CLI's.)
+"""
+from __future__ import annotations
+
+import hashlib
+import platform
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from .. import __version__
+from ..backends.base import BackendUnavailable
+from ..golden.store import GoldenIntegrityError
+from ..profiles import PROFILES
+from .engine import (ERROR, MISMATCH, PASS, PROFILE_FREE_OPS, SKIPPED, XFAIL, FileResult,
+                     default_golden_root, open_checked, run_file, select_files)
+
+SCHEMA = "mxref-verify/1"
+EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTEGRITY, EXIT_UNAVAILABLE, EXIT_EMPTY = 0, 1, 2, 3, 4, 5
+
+
+@dataclass
+class VerifyReport:
+    doc: dict
+    exit_code: int
+    # (relpath, class) -> {"status": ..., "cases": n, "mismatched": n, "record"|"reason": ...}
+    cases_by_test: dict = field(default_factory=dict)
+
+    def to_json(self) -> dict:
+        return self.doc
+
+
+def _env() -> dict:
+    env = {"python": platform.python_version(), "numpy": np.__version__,
+           "platform": platform.platform(), "machine": platform.machine()}
+    if "torch" in sys.modules:
+        env["torch"] = sys.modules["torch"].__version__
+    if "triton" in sys.modules:
+        env["triton"] = getattr(sys.modules["triton"], "__version__", "?")
+    return env
+
+
+def _describe(backend) -> dict:
+    try:
+        d = dict(backend.describe()) if hasattr(backend, "describe") else {}
+    except Exception as e:  # noqa: BLE001 - describing must not sink the run
+        d = {"describe_error": f"{type(e).__name__}: {e}"}
+    d.setdefault("name", getattr(backend, "name", "?"))
+    d.setdefault("version", str(getattr(backend, "version", "?")))
+    d.setdefault("device", str(getattr(backend, "device", "?")))
+    d["ops"] = sorted(getattr(backend, "ops", ()))
+    d["profiles_claimed"] = list(getattr(backend, "profiles", ()))
+    return d
+
+
+def _claims(backend, profile) -> bool:
+    claimed = tuple(getattr(backend, "profiles", ()))
+    return "*" in claimed or profile in claimed
+
+
+def check_backend(backend) -> None:
+    """Raise BackendUnavailable when the backend says it cannot run here."""
+    chk = getattr(backend, "check_available", None)
+    if chk is None:
+        return
+    try:
+        chk()
+    except BackendUnavailable:
+        raise
+    except Exception as e:  # noqa: BLE001
+        raise BackendUnavailable(f"check_available raised {type(e).__name__}: {e}") from None
+
+
+class _Run:
+    """Accumulates file results into summary counters and capped mismatch records."""
+
+    def __init__(self, max_errors: int, expectations):
+        self.max_errors = max_errors
+        self.expectations = expectations or []
+        self.exp_state = {d.index: {"matched": 0, "mismatched": 0} for d in self.expectations}
+        self.files, self.records, self.errors = [], [], []
+        self.by_class, self.by_field = {}, {}
+        self.totals = dict(cases=0, elements=0, passed_cases=0, mismatched_cases=0,
+                           error_cases=0, mismatched_elements=0, xfail=0, skipped_unsupported=0)
+        self.tests = {}
+        self.truncated = False
+
+    def _apply_expectations(self, res: FileResult):
+        for d in self.expectations:
+            if not d.matches_file(res.gf):
+                continue
+            hit = res.selected & np.isin(res.status, (PASS, MISMATCH))
+            if d.classes:
+                hit &= np.isin(res.classes, list(d.classes))
+            if d.case_id is not None:
+                hit &= res.case_ids == np.uint64(d.case_id)
+            bad = hit & (res.status == MISMATCH)
+            if d.field is not None:
+                bad &= res.field_rows.get(d.field, np.zeros_like(bad))
+            st = self.exp_state[d.index]
+            st["matched"] += int(hit.sum())
+            st["mismatched"] += int(bad.sum())
+            for r in np.nonzero(bad)[0]:
+                res.status[r] = XFAIL
+                res.expectation_of.setdefault(int(r), d.index)
+
+    def _record(self, res: FileResult, table, row, fld, n, build):
+        gf = res.gf
+        rec = {"file": gf.relpath, "op": gf.op, "format": gf.fmt, "profile": gf.profile,
+               "src_dtype": gf.src_dtype, "case_id": f"0x{int(res.case_ids[row]):016x}",
+               "row": int(row), "class": str(res.classes[row]),
+               "tags": list(table.column("tags")[row].as_py() or []) if "tags" in table.column_names else [],
+               "field": fld, "mismatched_in_case": n}
+        if build is not None:
+            rec.update(build())
+        rec["expectation"] = None
+        return rec
+
+    def add(self, res: FileResult, table, profile_asked: str):
+        self._apply_expectations(res)
+        gf = res.gf
+        sel = res.selected
+        st = res.status
+        counts = res.counts
+        t = self.totals
+        t["cases"] += int(sel.sum())
+        t["elements"] += res.elements
+        t["passed_cases"] += counts["pass"]
+        t["mismatched_cases"] += counts["mismatch"]
+        t["error_cases"] += counts["error"]
+        t["xfail"] += counts["xfail"]
+        t["skipped_unsupported"] += counts["skipped"]
+        for fld, fr in res.field_rows.items():
+            n_el = res.field_elems.get(fld, 0)
+            if n_el:
+                self.by_field[fld] = self.by_field.get(fld, 0) + n_el
+                t["mismatched_elements"] += n_el
+        for cls in np.unique(res.classes[sel]):
+            m = sel & (res.classes == cls)
+            c = self.by_class.setdefault(str(cls), dict(cases=0, mismatched=0, errors=0,
+                                                        skipped=0, xfail=0))
+            c["cases"] += int(m.sum())
+            c["mismatched"] += int((st[m] == MISMATCH).sum())
+            c["errors"] += int((st[m] == ERROR).sum())
+            c["skipped"] += int((st[m] == SKIPPED).sum())
+            c["xfail"] += int((st[m] == XFAIL).sum())
+        status = ("error" if counts["error"] else "fail" if counts["mismatch"] else
+                  "skipped" if counts["skipped"] == int(sel.sum()) else "pass")
+        self.files.append({"path": gf.relpath, "op": gf.op, "format": gf.fmt,
+                           "profile": gf.profile, "run_as": profile_asked,
+                           "src_dtype": gf.src_dtype, "level": gf.level, "status": status,
+                           "cases": int(sel.sum()), **{k: v for k, v in counts.items()}})
+        # errors, grouped by reason
+        by_reason = {}
+        for r, why in res.reasons.items():
+            if st[r] == ERROR:
+                by_reason.setdefault(why, []).append(r)
+        for why, rows in by_reason.items():
+            self.errors.append({"file": gf.relpath, "reason": why, "cases": len(rows),
+                                "classes": sorted({str(res.classes[r]) for r in rows}),
+                                "first_case_id": f"0x{int(res.case_ids[rows[0]]):016x}"})
+        # one test per (file, class), as the pytest suite and JUnit see them
+        first = {}
+        details = sorted(res.details, key=lambda d: (d[0], d[1]))
+        for row, fld, n, build in details:
+            if st[row] != MISMATCH:
+                continue
+            cls = str(res.classes[row])
+            if cls not in first:
+                first[cls] = self._record(res, table, row, fld, n, build)
+            if self.max_errors == 0 or len(self.records) < self.max_errors:
+                self.records.append(first[cls] if first[cls]["row"] == row and
+                                    first[cls]["field"] == fld else
+                                    self._record(res, table, row, fld, n, build))
+            else:
+                self.truncated = True
+        for cls in np.unique(res.classes[sel]):
+            m = sel & (res.classes == cls)
+            cst = st[m]
+            key = (gf.relpath, str(cls))
+            entry = {"op": gf.op, "format": gf.fmt, "profile": gf.profile,
+                     "src_dtype": gf.src_dtype, "level": gf.level, "class": str(cls),
+                     "cases": int(m.sum()), "mismatched": int((cst == MISMATCH).sum()),
+                     "errors": int((cst == ERROR).sum()), "xfail": int((cst == XFAIL).sum()),
+                     "skipped": int((cst == SKIPPED).sum())}
+            if entry["errors"]:
+                entry["status"] = "error"
+                rows = np.nonzero(m & (st == ERROR))[0]
+                entry["reason"] = res.reasons.get(int(rows[0]), "error")
+            elif entry["mismatched"]:
+                entry["status"] = "fail"
+                entry["record"] = first.get(str(cls))
+            elif entry["skipped"] == entry["cases"]:
+                entry["status"] = "skipped"
+                rows = np.nonzero(m)[0]
+                entry["reason"] = res.reasons.get(int(rows[0]), "skipped")
+            elif entry["xfail"]:
+                entry["status"] = "xfail"
+                d = self.expectations[res.expectation_of[int(np.nonzero(m & (st == XFAIL))[0][0])]]
+                entry["reason"] = f"{d.reason} ({d.link})"
+            else:
+                entry["status"] = "pass"
+            self.tests[key] = entry
+
+
+def plan_files(backend, files, *, ops=None, profiles=None, run_as=None, name="?", claimed_names=()):
+    """Which selected files a backend is run on: its claimed profiles (profile-free ops always),
+    and only ops it implements unless ops were asked for explicitly (then they count as
+    skipped). Returns (files, notes)."""
+    notes = []
+    backend_ops = set(getattr(backend, "ops", ()))
+    if run_as is not None:
+        return files, notes
+    asked = set(profiles or PROFILES)
+    claimed = {p for p in asked if _claims(backend, p)}
+    unclaimed = sorted(asked - claimed) if profiles else []
+    if profiles and not claimed:
+        raise BackendUnavailable(
+            f"backend {name!r} claims none of the requested profiles ({', '.join(sorted(asked))}); "
+            f"it claims {', '.join(claimed_names) or 'none'}")
+    if unclaimed:
+        notes.append(f"not claimed by the backend, not run: {', '.join(unclaimed)}")
+    files = [f for f in files if f.op in PROFILE_FREE_OPS or f.profile in claimed]
+    not_impl = sorted({f.op for f in files} - backend_ops)
+    if not_impl and not ops:
+        notes.append(f"ops the backend does not implement, not run: {', '.join(not_impl)}")
+        files = [f for f in files if f.op in backend_ops]
+    return files, notes
+
+
+def verify(backend, *, root=None, levels=(1,), ops=None, profiles=None, formats=None,
+           src_dtypes=None, classes=None, suite=None, max_errors=20, expectations=None,
+           strict_xpass=False, progress=None, run_as=None, dump=None, only=None) -> VerifyReport:
+    """Run `backend` over the selected golden files.
+
+    run_as: ask the backend for this profile on every file instead of the file's own profile
+    (used by detect_profile; files are still compared with their own expected bits).
+    only: a set of golden relpaths to restrict to (the pytest plugin runs one file at a time).
+    dump: a list that receives (relpath, table, mismatched rows, actual columns) per file with
+    unexpected mismatches (for --dump-mismatches).
+    Raises GoldenIntegrityError (exit 3) and BackendUnavailable (exit 4); selection errors
+    raise SelectionError (usage, exit 2).
+    """
+    root = Path(root) if root else default_golden_root()
+    check_backend(backend)
+    doc, files = select_files(root, levels=levels, ops=ops, profiles=profiles, formats=formats,
+                              src_dtypes=src_dtypes, classes=classes, suite=suite)
+    header = {"schema": SCHEMA, "mxref_version": __version__,
+              "golden": {"root": str(root), "suite": doc.get("suite"),
+                         "suite_version": doc.get("suite_version"),
+                         "format_version": doc.get("format_version"),
+                         "manifest_sha256": hashlib.sha256(
+                             (root / "MANIFEST.json").read_bytes()).hexdigest(),
+                         "levels": list(levels)},
+              "backend": _describe(backend), "env": _env(),
+              "selection": {"ops": list(ops or []), "profiles": list(profiles or []),
+                            "formats": list(formats or []), "src_dtypes": list(src_dtypes or []),
+                            "classes": list(classes or [])}}
+    files, notes = plan_files(backend, files, ops=ops, profiles=profiles, run_as=run_as,
+                              name=header['backend']['name'], claimed_names=header['backend']['profiles_claimed'])
+    if only is not None:
+        files = [f for f in files if f.relpath in only]
+    run = _Run(max_errors, expectations)
+    for i, gf in enumerate(files):
+        table = open_checked(root, gf)
+        prof = run_as or gf.profile
+        res = run_file(backend, table, gf, profile=prof, classes=classes)
+        run.add(res, table, prof)
+        if dump is not None:
+            bad = np.nonzero(res.status == MISMATCH)[0]
+            if len(bad) and res.actual:
+                dump.append((gf.relpath, table, bad, {k: v[bad] for k, v in res.actual.items()}))
+        if progress:
+            progress(gf, i + 1, len(files))
+    t = run.totals
+    xpass = [{"expectation": d.to_json(), **run.exp_state[d.index]} for d in run.expectations
+             if run.exp_state[d.index]["matched"] and not run.exp_state[d.index]["mismatched"]]
+    ran = t["cases"] - t["skipped_unsupported"]
+    if t["cases"] == 0:
+        code, status = EXIT_EMPTY, "empty"
+    elif ran == 0:
+        code, status = EXIT_UNAVAILABLE, "unsupported"
+    elif t["mismatched_cases"] or t["error_cases"]:
+        code, status = EXIT_FAIL, "fail"
+    elif xpass and strict_xpass:
+        code, status = EXIT_FAIL, "xpass"
+    else:
+        code, status = EXIT_OK, "pass"
+    summary = {**t, "xpass": len(xpass), "files": len(files),
+               "by_class": dict(sorted(run.by_class.items())),
+               "by_field": dict(sorted(run.by_field.items()))}
+    out = {**header, "status": status, "exit_code": code, "summary": summary,
+           "files": run.files, "truncated": run.truncated, "max_errors": max_errors,
+           "mismatches": run.records, "errors": run.errors[:max(max_errors, 1) * 5],
+           "expectations": [{"expectation": d.to_json(), **run.exp_state[d.index],
+                             "state": ("xpass" if run.exp_state[d.index]["matched"] and not
+                                       run.exp_state[d.index]["mismatched"] else "xfail"
+                                       if run.exp_state[d.index]["mismatched"] else "unmatched")}
+                            for d in run.expectations],
+           "xpass": xpass, "notes": notes}
+    return VerifyReport(out, code, run.tests)
+
+
+def detect_profile(backend, *, root=None, levels=(1,), ops=None, formats=None, src_dtypes=None,
+                   classes=None, native=None, progress=None) -> dict:
+    """Run the backend in its own behaviour against every named profile's goldens.
+
+    Returns {"native": ..., "profiles": [{profile, cases, mismatched, errors, skipped, match,
+    differing_classes}], "matches": [...], "nearest": {...} | None}.
+    """
+    native = native or getattr(backend, "native_profile", None) or \
+        (backend.profiles[0] if getattr(backend, "profiles", ()) and backend.profiles[0] != "*" else "ocp")
+    cached = _CachingBackend(backend)
+    rows = []
+    for p in PROFILES:
+        try:
+            rep = verify(cached, root=root, levels=levels, ops=[o for o in (ops or cached.ops)
+                                                                if o not in PROFILE_FREE_OPS],
+                         profiles=[p], formats=formats, src_dtypes=src_dtypes, classes=classes,
+                         max_errors=1, run_as=native, progress=progress)
+        except BackendUnavailable:
+            raise
+        s = rep.doc["summary"]
+        ran = s["cases"] - s["skipped_unsupported"]
+        diff = {c: v["mismatched"] + v["errors"] for c, v in s["by_class"].items()
+                if v["mismatched"] + v["errors"]}
+        rows.append({"profile": p, "files": s["files"], "cases": s["cases"], "ran": ran,
+                     "mismatched": s["mismatched_cases"], "errors": s["error_cases"],
+                     "skipped": s["skipped_unsupported"],
+                     "formats": sorted({f["format"] for f in rep.doc["files"]
+                                        if f["cases"] > f["skipped"]}),
+                     "match": ran > 0 and not s["mismatched_cases"] and not s["error_cases"],
+                     "differing_classes": dict(sorted(diff.items())),
+                     "example": (rep.doc["mismatches"] or [None])[0]})
+    matches = [r["profile"] for r in rows if r["match"]]
+    others = [r for r in rows if not r["match"] and r["ran"]]
+    nearest = min(others, key=lambda r: ((r["mismatched"] + r["errors"]) / r["ran"], -r["ran"]),
+                  default=None)
+    return {"schema": "mxref-detect-profile/1", "backend": _describe(backend), "native": native,
+            "levels": list(levels), "profiles": rows, "matches": matches,
+            "nearest": None if nearest is None else nearest["profile"]}
+
+
+class _CachingBackend:
+    """Memoizes backend calls by (method, arguments, input bytes): every profile's files hold
+    the same inputs, so detect_profile computes each once."""
+
+    def __init__(self, inner):
+        self._inner = inner
+        self._cache = {}
+        for a in ("name", "version", "device", "ops", "profiles", "native_profile"):
+            if hasattr(inner, a):
+                setattr(self, a, getattr(inner, a))
+
+    def describe(self):
+        return self._inner.describe() if hasattr(self._inner, "describe") else {}
+
+    def check_available(self):
+        return check_backend(self._inner)
+
+    def __getattr__(self, name):
+        fn = getattr(self._inner, name)
+        if not callable(fn):
+            return fn
+
+        def wrapped(*args, **kw):
+            h = hashlib.sha1(name.encode())
+            for a in args:
+                h.update(np.ascontiguousarray(a).tobytes() + repr(np.shape(a)).encode()
+                         if isinstance(a, np.ndarray) else repr(a).encode())
+            h.update(repr(sorted(kw.items())).encode())
+            key = h.hexdigest()
+            if key not in self._cache:
+                try:
+                    self._cache[key] = ("ok", fn(*args, **kw))
+                except Exception as e:  # noqa: BLE001 - replayed identically for every profile
+                    self._cache[key] = ("raise", e)
+            kind, val = self._cache[key]
+            if kind == "raise":
+                raise val
+            return val
+        return wrapped
