@@ -1,0 +1,1013 @@
+"""Triton kernels for OCP MX and NVFP4 quantization, decided in the integer domain.
+
+Every input is read as its bit pattern (fp32 as int32, bf16/fp16 as int16) and widened to fp32
+bits with integer operations; scales and element codes are then chosen with integer compares,
+shifts and (for NVFP4 and the float32-log2 RCEIL rule) int64 division. No float log2/exp2, no
+float division and no FMA contraction can move a bit, so the same kernel is bit-exact on
+NVIDIA, AMD and the Triton interpreter. The semantics are those of ``docs/semantics.md``;
+format and profile knobs arrive as ``tl.constexpr`` parameters (see :func:`mx_constexprs`), so
+each format x profile compiles to straight-line code without dead branches.
+
+Kernels (one program = a tile of ``BLOCK_ROWS`` blocks of ``BLOCK`` elements):
+
+* :func:`mx_quantize_kernel`: [rows, n] bits -> E8M0 scale bytes [rows, ceil(n/BLOCK)] and one
+  unpacked uint8 element code per element; a ragged last block is zero padded.
+* :func:`mx_dequantize_kernel`: codes + E8M0 bytes -> fp32 bits (code value x 2^(byte-127),
+  one rounding: byte 0x00 is 2^-127, 0xFF is NaN, overflow is Inf).
+* :func:`mx_convert_kernel`: element conversion alone at scale 2^0.
+* :func:`nvfp4_amax_kernel`, :func:`nvfp4_tensor_scale_kernel`, :func:`nvfp4_quantize_kernel`:
+  NVFP4 (E2M1, blocks of 16, E4M3 block scale, fp32 tensor scale), op orders ``exact``,
+  ``te`` and ``torchao``.
+
+The torch launchers below (``mx_quantize``, ``mx_dequantize``, ``mx_convert``,
+``nvfp4_quantize``) take and return torch tensors; packing and scale layouts are torch code
+(``pack_codes``, ``scale_layout``). Under ``TRITON_INTERPRET=1`` (set before this module is
+imported: Triton decides at decoration time) the kernels run on CPU tensors in the interpreter.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from mxref import formats as _F
+from mxref.formats import E4M3, FORMATS, get_format
+from mxref.profiles import (INF_POLICIES, NVFP4_ORDERS, OVERFLOWS, ROUNDINGS, SCALE_RULES,
+                            SIGNED_ZERO, get_profile)
+
+__all__ = ["mx_quantize", "mx_dequantize", "mx_convert", "nvfp4_quantize", "pack_codes",
+           "scale_layout", "mx_constexprs", "element_constexprs", "profile_constexprs",
+           "kernel_signature", "KernelUnsupported", "SRC_KINDS", "KERNELS", "ARG_TYPES"]
+
+# ---- constants (constexpr globals are what a @triton.jit body may read) -------------------
+_F32_INF: tl.constexpr = tl.constexpr(0x7F800000)
+_F32_QNAN: tl.constexpr = tl.constexpr(0x7FC00000)
+_F32_ONE: tl.constexpr = tl.constexpr(0x3F800000)
+_F32_SIX: tl.constexpr = tl.constexpr(0x40C00000)
+_F32_2688: tl.constexpr = tl.constexpr(0x45280000)
+_F32_MAX: tl.constexpr = tl.constexpr(0x7F7FFFFF)
+_F32_E4M3_TINY: tl.constexpr = tl.constexpr(0x3C800000)    # 2^-6
+_F32_448: tl.constexpr = tl.constexpr(0x43E00000)
+_LN2_Q32: tl.constexpr = tl.constexpr(2977044471)          # floor(ln 2 * 2^32)
+
+SRC_KINDS = {"float32": 0, "bfloat16": 1, "float16": 2}
+
+
+class KernelUnsupported(Exception):
+    """A format/profile/dtype combination these kernels do not implement."""
+
+
+# =========================================================================================
+# integer helpers
+# =========================================================================================
+# Only core builtins (tl.where, tl.maximum, tl.reduce, ...) are used in the kernels, never
+# the @jit functions of triton.language.standard (tl.max, tl.zeros_like, ...): those were
+# decorated when triton was imported, so in a process that imported triton before setting
+# TRITON_INTERPRET=1 they could not run inside interpreted kernels. tl.reduce with the
+# standard max combine function is what tl.max does (and the interpreter's fast path).
+@triton.jit
+def _max_combine(a, b):
+    return tl.maximum(a, b)
+
+
+_MAX_COMBINE = getattr(tl.standard, "_elementwise_max", None) or _max_combine
+
+
+@triton.jit
+def _max_along(x, AXIS: tl.constexpr):
+    """Max reduction along AXIS (integers)."""
+    return tl.reduce(x, AXIS, _MAX_COMBINE)
+
+
+@triton.jit
+def _false_like(x):
+    """An all-False int1 tensor of x's shape."""
+    return tl.full(x.shape, 0, tl.int1)
+
+
+@triton.jit
+def _bitlen32(x):
+    """Number of significant bits of a non-negative int32 tensor (0 for 0)."""
+    n = x * 0
+    c = x >= 65536
+    n = tl.where(c, n + 16, n)
+    x = tl.where(c, x >> 16, x)
+    c = x >= 256
+    n = tl.where(c, n + 8, n)
+    x = tl.where(c, x >> 8, x)
+    c = x >= 16
+    n = tl.where(c, n + 4, n)
+    x = tl.where(c, x >> 4, x)
+    c = x >= 4
+    n = tl.where(c, n + 2, n)
+    x = tl.where(c, x >> 2, x)
+    c = x >= 2
+    n = tl.where(c, n + 1, n)
+    x = tl.where(c, x >> 1, x)
+    return n + x
+
+
+@triton.jit
+def _bitlen64(x):
+    """Number of significant bits of a non-negative int64 tensor (0 for 0); int32 result."""
+    c = x >= 4294967296
+    lo = tl.where(c, x >> 32, x).to(tl.int32)       # low 32 bits of what is left
+    top = lo < 0                                     # bit 31 set: 32 bits
+    n = tl.where(top, 32, _bitlen32(tl.where(top, 0, lo)))
+    return n + tl.where(c, 32, 0)
+
+
+@triton.jit
+def _widen_to_f32(raw, SRC: tl.constexpr):
+    """fp32 bit pattern (int32) of a loaded fp32 (int32), bf16 or fp16 (int16) bit pattern."""
+    if SRC == 0:
+        b = raw
+    elif SRC == 1:
+        b = (raw.to(tl.int32) & 0xFFFF) << 16
+    else:
+        h = raw.to(tl.int32) & 0xFFFF
+        sgn = (h >> 15) << 31
+        e = (h >> 10) & 0x1F
+        m = h & 0x3FF
+        p = _bitlen32(m) - 1                                        # subnormal: m * 2^-24
+        sub = ((p + 103) << 23) | ((m << tl.minimum(tl.maximum(23 - p, 0), 31)) & 0x7FFFFF)
+        nrm = ((e + 112) << 23) | (m << 13)
+        spec = 0x7F800000 | (m << 13) | tl.where(m != 0, 0x400000, 0)  # Inf, or quiet NaN
+        mag = tl.where(e == 31, spec, tl.where(e == 0, tl.where(m == 0, 0, sub), nrm))
+        b = mag | sgn
+    return b
+
+
+@triton.jit
+def _normalize(a):
+    """(sig24, E) of a non-negative fp32 magnitude a (int32): a = sig24 * 2^(E - 23) with
+    sig24 in [2^23, 2^24) (0 for a == 0). Inf gives (2^23, 128)."""
+    ea = a >> 23
+    sub = ea == 0
+    p = _bitlen32(tl.where(sub, a, 1)) - 1                         # -1 only for a == 0
+    sig = tl.where(sub, a << (23 - p), (a & 0x7FFFFF) | 0x800000)
+    e = tl.where(sub, p - 149, ea - 127)
+    return sig, e
+
+
+@triton.jit
+def _round_sig(q, exp2, sticky, MBITS: tl.constexpr, EMIN: tl.constexpr, BIAS: tl.constexpr,
+               IS_INT: tl.constexpr, ROUNDING: tl.constexpr, P24: tl.constexpr):
+    """Round the positive value (q + sticky*eps) * 2^exp2 (q int32 < 2^24 or int64 < 2^62;
+    sticky: strictly more than q, by less than one unit of q) onto a float grid (MBITS, EMIN,
+    BIAS) or the fixed-point grid of quantum 2^-MBITS (IS_INT). Returns the magnitude code
+    (int32; it may exceed the format's max code: the caller applies the overflow policy) and
+    a flag 'certainly overflows' for values too large to encode without int32 overflow.
+    P24: q is a normalized 24-bit significand (2^23 <= q < 2^24) or 0, whose value may then
+    be anything below the smallest subnormal (saves the bit count).
+
+    A float code falls out of one formula for normals and subnormals:
+    ((max(E, EMIN) + BIAS - 1) << MBITS) + n, n the rounded significand on the grid of quantum
+    2^(max(E, EMIN) - MBITS); a carry out of the significand lands in the exponent field.
+    """
+    if P24:
+        p = 23
+    elif q.dtype == tl.int64:
+        p = _bitlen64(q) - 1
+    else:
+        p = _bitlen32(q) - 1
+    e_true = p + exp2
+    if IS_INT:
+        r = -MBITS - exp2
+    else:
+        r = tl.maximum(e_true, EMIN) - MBITS - exp2
+    exact = r < 1                                   # no bit discarded: shift left
+    rq = tl.minimum(tl.maximum(r, 1), p + 2).to(q.dtype)   # >= p + 2 discards: below half
+    one = tl.full(q.shape, 1, q.dtype)
+    half = one << (rq - 1)
+    n = q >> rq
+    rem = q & ((half << 1) - 1)
+    if ROUNDING == 0:                  # nearest, ties to even
+        up = (rem > half) | ((rem == half) & ((sticky != 0) | ((n & 1) == 1)))
+    elif ROUNDING == 1:                # nearest, ties away from zero
+        up = rem >= half
+    else:                              # nearest, ties toward zero
+        up = (rem > half) | ((rem == half) & (sticky != 0))
+    n = (n + tl.where(up, 1, 0)).to(tl.int32)
+    if IS_INT:
+        code = n
+        huge = exact                   # value >= 2^(p + exp2) >= 1 unit * 2^p: overflow
+    else:
+        n = tl.where(exact, (q << tl.maximum(-r, 0).to(q.dtype)).to(tl.int32), n)
+        CAP: tl.constexpr = (1 << (31 - MBITS)) - 2 - BIAS   # keeps the code inside int32
+        huge = e_true > CAP
+        code = ((tl.minimum(tl.maximum(e_true, EMIN), CAP) + (BIAS - 1)) << MBITS) + n
+    return code, huge
+
+
+@triton.jit
+def _f32_parts(a):
+    """(sig, exp2) of a positive finite fp32 magnitude: a = sig * 2^exp2 (sig not normalized)."""
+    ea = a >> 23
+    sig = (a & 0x7FFFFF) | tl.where(ea > 0, 0x800000, 0)
+    return sig, tl.maximum(ea, 1) - 150
+
+
+@triton.jit
+def _f32_div(a, b):
+    """fl(a / b), IEEE fp32 RNE, on fp32 bit patterns (int32) of any sign and class."""
+    neg = ((a ^ b) >> 31) & 1
+    aa = a & 0x7FFFFFFF
+    bb = b & 0x7FFFFFFF
+    sa, ea = _normalize(aa)
+    sb, eb = _f32_parts(tl.where(bb == 0, 1, bb))
+    num = sa.to(tl.int64) << 36
+    den = sb.to(tl.int64)
+    q = num // den
+    sticky = (num - q * den) != 0
+    code, huge = _round_sig(tl.where(aa == 0, 1, q), ea - 23 - eb - 36, sticky, 23, -126, 127,
+                            False, 0, False)
+    code = tl.where(huge | (code >= _F32_INF), _F32_INF, code)
+    code = tl.where(aa == 0, 0, code)
+    nan = (aa > _F32_INF) | (bb > _F32_INF) | ((aa == 0) & (bb == 0)) | \
+        ((aa == _F32_INF) & (bb == _F32_INF))
+    code = tl.where((aa == _F32_INF) | (bb == 0), _F32_INF, code)
+    code = tl.where((bb == _F32_INF) & (aa < _F32_INF), 0, code)
+    return tl.where(nan, _F32_QNAN, code | (neg << 31))
+
+
+@triton.jit
+def _f32_mul(a, b):
+    """fl(a * b), IEEE fp32 RNE, on fp32 bit patterns (int32) of any sign and class."""
+    neg = ((a ^ b) >> 31) & 1
+    aa = a & 0x7FFFFFFF
+    bb = b & 0x7FFFFFFF
+    sa, ea = _f32_parts(tl.where(aa == 0, 1, aa))
+    sb, eb = _f32_parts(tl.where(bb == 0, 1, bb))
+    q = sa.to(tl.int64) * sb.to(tl.int64)
+    code, huge = _round_sig(q, ea + eb, _false_like(q), 23, -126, 127, False, 0, False)
+    code = tl.where(huge | (code >= _F32_INF), _F32_INF, code)
+    zero = (aa == 0) | (bb == 0)
+    inf = (aa == _F32_INF) | (bb == _F32_INF)
+    code = tl.where(zero, 0, tl.where(inf, _F32_INF, code))
+    nan = (aa > _F32_INF) | (bb > _F32_INF) | (zero & inf)
+    return tl.where(nan, _F32_QNAN, code | (neg << 31))
+
+
+@triton.jit
+def _f32_min_pos(a, b):
+    """fminf for non-negative fp32 bit patterns (a NaN operand loses, as C fminf)."""
+    aa = a & 0x7FFFFFFF
+    bb = b & 0x7FFFFFFF
+    r = tl.where(aa <= bb, a, b)
+    r = tl.where(aa > _F32_INF, b, r)
+    return tl.where(bb > _F32_INF, a, r)
+
+
+# =========================================================================================
+# element encoding and the shared exponent
+# =========================================================================================
+@triton.jit
+def _finish(code, huge, neg, a, EL_IS_INT: tl.constexpr, EL_MAXCODE: tl.constexpr,
+            EL_SIGNBIT: tl.constexpr, EL_NAN: tl.constexpr, EL_INF: tl.constexpr,
+            OVERFLOW: tl.constexpr, SIGNED_ZERO: tl.constexpr):
+    """Overflow policy, signed zeros, sign and specials for magnitude ``code`` of input ``a``."""
+    ovf = (code > EL_MAXCODE) | huge | (a == _F32_INF)
+    if OVERFLOW == 0 or (EL_INF < 0 and EL_NAN < 0):
+        code = tl.where(ovf, EL_MAXCODE, code)
+    elif EL_INF >= 0:
+        code = tl.where(ovf, EL_INF, code)
+    else:
+        code = tl.where(ovf, EL_NAN, code)
+    if EL_IS_INT:
+        code = tl.where(neg != 0, (-code) & 0xFF, code)
+    else:
+        if SIGNED_ZERO == 0:          # preserve
+            sgn = neg
+        elif SIGNED_ZERO == 1:        # an exact -0.0 input -> +0, an underflow keeps -0
+            sgn = tl.where((code == 0) & (a == 0), 0, neg)
+        else:                         # never negative
+            sgn = tl.where(code == 0, 0, neg)
+        code = code | (sgn << EL_SIGNBIT)
+    if EL_NAN >= 0:
+        code = tl.where(a > _F32_INF, EL_NAN, code)
+    else:
+        code = tl.where(a > _F32_INF, 0, code)
+    return code
+
+
+@triton.jit
+def _encode(b, s, EL_IS_INT: tl.constexpr, EL_MBITS: tl.constexpr, EL_EMIN: tl.constexpr,
+            EL_BIAS: tl.constexpr, EL_MAXCODE: tl.constexpr, EL_SIGNBIT: tl.constexpr,
+            EL_NAN: tl.constexpr, EL_INF: tl.constexpr, ROUNDING: tl.constexpr,
+            OVERFLOW: tl.constexpr, SIGNED_ZERO: tl.constexpr, FLUSH: tl.constexpr):
+    """Element code (int32) of fp32 bits ``b`` divided by 2^s, exactly, one rounding."""
+    neg = (b >> 31) & 1
+    a = b & 0x7FFFFFFF
+    if FLUSH:
+        a = tl.where(a < 0x800000, 0, a)
+    sig, e = _normalize(a)
+    code, huge = _round_sig(sig, e - 23 - s, _false_like(sig), EL_MBITS, EL_EMIN, EL_BIAS,
+                            EL_IS_INT, ROUNDING, True)
+    return _finish(code, huge, neg, a, EL_IS_INT, EL_MAXCODE, EL_SIGNBIT, EL_NAN, EL_INF,
+                   OVERFLOW, SIGNED_ZERO)
+
+
+@triton.jit
+def _rceil_f32_log2(amax, EL_MAXF32: tl.constexpr):
+    """ceil(fl32(log2(fl32(amax / max_normal)))) decided on integers (torchao 0.18 RCEIL):
+    for q = 2^k (1 + m 2^-23) the float32 log2 is exactly k iff m < ln2 * 2^(e-1), e the
+    exponent of the float32 binade holding k + eps (see mxref/_kernels.py:rceil_via_f32_log2)."""
+    q = _f32_div(amax, tl.full(amax.shape, EL_MAXF32, tl.int32))
+    sig, k = _normalize(q)
+    m = sig - 0x800000
+    kk = tl.where(k > 0, k, -k - 1)
+    e = _bitlen32(kk) - 1
+    ln2 = tl.full(m.shape, _LN2_Q32, tl.int64)
+    stays = (m.to(tl.int64) << 34) < (ln2 << (e + 1).to(tl.int64))
+    s = tl.where(stays, k, k + 1)
+    s = tl.where(k == 0, 1, s)
+    s = tl.where(m == 0, k, s)
+    return tl.where(q == 0, -127, s)
+
+
+@triton.jit
+def _shared_exponent(amax, EL_EMAX: tl.constexpr, EL_MAXSIG: tl.constexpr,
+                     EL_EVENTHR: tl.constexpr, EL_MAXF32: tl.constexpr,
+                     SCALE_RULE: tl.constexpr, RCEIL_ANY_UP: tl.constexpr,
+                     RCEIL_LOG2: tl.constexpr):
+    """Unclamped shared exponent of a block with non-negative amax bits (Inf = 2^128)."""
+    sig, e = _normalize(amax)
+    s = e - EL_EMAX
+    if SCALE_RULE == 1:                                   # rceil
+        if RCEIL_LOG2:
+            s = _rceil_f32_log2(amax, EL_MAXF32)
+        else:
+            s = s + tl.where(sig > EL_MAXSIG, 1, 0)
+            if RCEIL_ANY_UP:       # triton_kernels: any nonzero subnormal fl(amax/max) -> 2^-126
+                t = e - EL_EMAX + 150
+                up = (t >= 1) | ((t == 0) & (sig > EL_MAXSIG))
+                s = tl.where(s <= -126, tl.where(up, -126, -127), s)
+    elif SCALE_RULE == 2:                                 # ceil
+        s = s + tl.where(sig > 0x800000, 1, 0)
+    elif SCALE_RULE == 3:                                 # even
+        s = s + tl.where(sig >= EL_EVENTHR, 1, 0)
+    elif SCALE_RULE == 4:                                 # round_down
+        s = s - tl.where(sig < EL_MAXSIG, 1, 0)
+    return tl.where(amax == 0, -127, s)
+
+
+# =========================================================================================
+# MX kernels
+# =========================================================================================
+@triton.jit
+def _tile(n_rows, n_cols, n_blk, BLOCK: tl.constexpr, BLOCK_ROWS: tl.constexpr):
+    """This program's BLOCK_ROWS consecutive blocks of the flattened (row, block) order of a
+    contiguous [n_rows, n_cols] array: block ids g (int32; the launchers keep n_rows * n_blk
+    below 2^31), their validity, rows, element offsets (int64) and the element mask."""
+    g = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    g_ok = g < n_rows * n_blk
+    r = g // n_blk
+    cols = ((g - r * n_blk) * BLOCK)[:, None] + tl.arange(0, BLOCK)[None, :]
+    m = g_ok[:, None] & (cols < n_cols)
+    offs = r.to(tl.int64)[:, None] * n_cols + cols
+    return g, g_ok, r, offs, m
+
+
+@triton.jit
+def mx_quantize_kernel(
+        x_ptr, scale_ptr, code_ptr, n_rows, n_cols, n_blk,
+        SRC: tl.constexpr, BLOCK: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+        EL_IS_INT: tl.constexpr, EL_MBITS: tl.constexpr, EL_EMIN: tl.constexpr,
+        EL_BIAS: tl.constexpr, EL_EMAX: tl.constexpr, EL_MAXCODE: tl.constexpr,
+        EL_SIGNBIT: tl.constexpr, EL_NAN: tl.constexpr, EL_INF: tl.constexpr,
+        EL_MAXSIG: tl.constexpr, EL_EVENTHR: tl.constexpr, EL_MAXF32: tl.constexpr,
+        SCALE_RULE: tl.constexpr, ROUNDING: tl.constexpr, OVERFLOW: tl.constexpr,
+        NAN_POISON: tl.constexpr, INF_MODE: tl.constexpr, SIGNED_ZERO: tl.constexpr,
+        FLUSH: tl.constexpr, RCEIL_ANY_UP: tl.constexpr, SCALE_OVF_NAN: tl.constexpr,
+        ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr):
+    """MX block quantization of a contiguous [n_rows, n_cols] bit-pattern array along axis 1.
+
+    The program handles BLOCK_ROWS consecutive blocks of the flattened (row, block) order;
+    scale bytes go to scale_ptr [n_rows, n_blk], element codes to code_ptr [n_rows, n_cols].
+    """
+    g, g_ok, _, offs, m = _tile(n_rows, n_cols, n_blk, BLOCK, BLOCK_ROWS)
+    raw = tl.load(x_ptr + offs, mask=m, other=0)
+    b = _widen_to_f32(raw, SRC)                   # masked lanes: +0 (zero padding)
+    a = b & 0x7FFFFFFF
+    if FLUSH:
+        a = tl.where(a < 0x800000, 0, a)
+
+    # 1. classify: integer max over the finite magnitudes; NaN / Inf flags
+    fin = a < _F32_INF
+    amax = _max_along(tl.where(fin, a, 0), 1)
+    has_nan = _max_along(tl.where(a > _F32_INF, 1, 0), 1) > 0
+    has_inf = _max_along(tl.where(a == _F32_INF, 1, 0), 1) > 0
+    # 2./3. shared exponent (an Inf is read as 2^128 under inf_in_block='exponent')
+    if INF_MODE == 2:
+        amax = tl.where(has_inf, _F32_INF, amax)
+    s = _shared_exponent(amax, EL_EMAX, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE,
+                         RCEIL_ANY_UP, RCEIL_LOG2)
+    nan_scale = g < 0                             # all False
+    if INF_MODE == 0:
+        nan_scale = nan_scale | has_inf
+    if NAN_POISON:
+        nan_scale = nan_scale | has_nan
+    if SCALE_OVF_NAN:
+        nan_scale = nan_scale | (s > 127)
+    s = tl.minimum(tl.maximum(s, -127), 127)
+    if INF_MODE == 1:                             # TE satfinite: Inf amax -> 2^127
+        s = tl.where(has_inf, 127, s)
+    byte = tl.where(nan_scale, 255, s + 127)
+    tl.store(scale_ptr + g, byte.to(tl.uint8), mask=g_ok)
+
+    # 4. elements at exponent s (byte 0x00: the profile's zero_scale_elem_exp)
+    se = tl.where(s == -127, ZEXP, s)
+    code = _encode(b, se[:, None], EL_IS_INT, EL_MBITS, EL_EMIN, EL_BIAS, EL_MAXCODE,
+                   EL_SIGNBIT, EL_NAN, EL_INF, ROUNDING, OVERFLOW, SIGNED_ZERO, FLUSH)
+    if EL_NAN >= 0:
+        fill = EL_NAN
+    else:
+        fill = 0
+    code = tl.where(nan_scale[:, None], fill, code)
+    tl.store(code_ptr + offs, code.to(tl.uint8), mask=m)
+
+
+@triton.jit
+def _element_value(c, EL_IS_INT: tl.constexpr, EL_MBITS: tl.constexpr, EL_EMIN: tl.constexpr,
+                   EL_BIAS: tl.constexpr, EL_SIGNBIT: tl.constexpr, EL_NAN: tl.constexpr,
+                   EL_INF: tl.constexpr):
+    """Decode element codes (int32): (neg, sig, exp2, is_nan, is_inf), value sig * 2^exp2."""
+    if EL_IS_INT:
+        k = tl.where(c >= 128, c - 256, c)
+        neg = tl.where(k < 0, 1, 0)
+        sig = tl.abs(k)
+        exp2 = c * 0 - EL_MBITS
+        is_nan = _false_like(c)
+        is_inf = _false_like(c)
+    else:
+        neg = (c >> EL_SIGNBIT) & 1
+        mag = c & ((1 << EL_SIGNBIT) - 1)
+        e = mag >> EL_MBITS
+        mant = mag & ((1 << EL_MBITS) - 1)
+        sig = tl.where(e == 0, mant, mant | (1 << EL_MBITS))
+        exp2 = tl.where(e == 0, EL_EMIN - EL_MBITS, e - (EL_BIAS + EL_MBITS))
+        if EL_INF >= 0:
+            is_inf = mag == EL_INF
+            is_nan = mag > EL_INF
+        elif EL_NAN >= 0:
+            is_inf = _false_like(c)
+            is_nan = mag == EL_NAN
+        else:
+            is_inf = _false_like(c)
+            is_nan = _false_like(c)
+    return neg, sig, exp2, is_nan, is_inf
+
+
+@triton.jit
+def _to_f32(neg, sig, exp2):
+    """fp32 bits of (-1)^neg * sig * 2^exp2 for sig < 2^24 (RNE, overflow -> Inf)."""
+    code, huge = _round_sig(tl.where(sig == 0, 1, sig), exp2, _false_like(sig), 23, -126, 127,
+                            False, 0, False)
+    code = tl.where(huge | (code >= _F32_INF), _F32_INF, code)
+    code = tl.where(sig == 0, 0, code)
+    return code | (neg << 31)
+
+
+@triton.jit
+def mx_dequantize_kernel(
+        code_ptr, scale_ptr, out_ptr, n_rows, n_cols, n_blk,
+        BLOCK: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+        EL_IS_INT: tl.constexpr, EL_MBITS: tl.constexpr, EL_EMIN: tl.constexpr,
+        EL_BIAS: tl.constexpr, EL_SIGNBIT: tl.constexpr, EL_NAN: tl.constexpr,
+        EL_INF: tl.constexpr):
+    """codes [n_rows, n_cols] + E8M0 bytes [n_rows, n_blk] -> fp32 bits [n_rows, n_cols]."""
+    g, g_ok, _, offs, m = _tile(n_rows, n_cols, n_blk, BLOCK, BLOCK_ROWS)
+    c = tl.load(code_ptr + offs, mask=m, other=0).to(tl.int32)
+    sb = tl.load(scale_ptr + g, mask=g_ok, other=0).to(tl.int32)
+    neg, sig, exp2, is_nan, is_inf = _element_value(c, EL_IS_INT, EL_MBITS, EL_EMIN, EL_BIAS,
+                                                    EL_SIGNBIT, EL_NAN, EL_INF)
+    bits = _to_f32(neg, sig, exp2 + (sb[:, None] - 127))
+    bits = tl.where(is_inf, _F32_INF | (neg << 31), bits)
+    bits = tl.where(is_nan | (sb[:, None] == 255), _F32_QNAN, bits)
+    tl.store(out_ptr + offs, bits, mask=m)
+
+
+@triton.jit
+def mx_convert_kernel(
+        x_ptr, code_ptr, n, SRC: tl.constexpr, BLOCK_N: tl.constexpr,
+        EL_IS_INT: tl.constexpr, EL_MBITS: tl.constexpr, EL_EMIN: tl.constexpr,
+        EL_BIAS: tl.constexpr, EL_MAXCODE: tl.constexpr, EL_SIGNBIT: tl.constexpr,
+        EL_NAN: tl.constexpr, EL_INF: tl.constexpr, ROUNDING: tl.constexpr,
+        OVERFLOW: tl.constexpr, SIGNED_ZERO: tl.constexpr, FLUSH: tl.constexpr):
+    """Element conversion alone (scale 2^0) of n contiguous bit patterns."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    m = offs < n
+    b = _widen_to_f32(tl.load(x_ptr + offs, mask=m, other=0), SRC)
+    code = _encode(b, 0, EL_IS_INT, EL_MBITS, EL_EMIN, EL_BIAS, EL_MAXCODE, EL_SIGNBIT,
+                   EL_NAN, EL_INF, ROUNDING, OVERFLOW, SIGNED_ZERO, FLUSH)
+    tl.store(code_ptr + offs, code.to(tl.uint8), mask=m)
+
+
+# =========================================================================================
+# NVFP4
+# =========================================================================================
+@triton.jit
+def nvfp4_amax_kernel(x_ptr, amax_ptr, n_per_tensor, SRC: tl.constexpr, BLOCK_N: tl.constexpr,
+                      WITH_INF: tl.constexpr, FLUSH: tl.constexpr):
+    """Per-tensor global amax (fp32 bits, finite values; Inf too when WITH_INF) by atomic max;
+    x is [T, n_per_tensor] contiguous, 1-D grid T * cdiv(n_per_tensor, BLOCK_N), amax zeroed."""
+    n_chunks = (n_per_tensor + (BLOCK_N - 1)) // BLOCK_N
+    t = tl.program_id(0) // n_chunks
+    offs = (tl.program_id(0) - t * n_chunks).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    m = offs < n_per_tensor
+    b = _widen_to_f32(tl.load(x_ptr + t.to(tl.int64) * n_per_tensor + offs, mask=m, other=0),
+                      SRC)
+    a = b & 0x7FFFFFFF
+    if FLUSH:
+        a = tl.where(a < 0x800000, 0, a)
+    if WITH_INF:
+        keep = a <= _F32_INF
+    else:
+        keep = a < _F32_INF
+    tl.atomic_max(amax_ptr + t, _max_along(tl.where(keep, a, 0), 0))
+
+
+@triton.jit
+def nvfp4_tensor_scale_kernel(amax_ptr, consts_ptr, n_t, ORDER: tl.constexpr,
+                              TWO_LEVEL: tl.constexpr, BLOCK_T: tl.constexpr):
+    """Per tensor, fp32 bits (T, S_enc, S_enc/6) -> consts [n_t, 3]; T is the decode-side
+    tensor scale (dequant = e2m1 * e4m3 * T); S_enc and S_enc/6 only for the te order."""
+    offs = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
+    m = offs < n_t
+    amax = tl.load(amax_ptr + offs, mask=m, other=0)
+    one = tl.full(amax.shape, _F32_ONE, tl.int32)
+    sixth = _f32_div(one, tl.full(amax.shape, _F32_SIX, tl.int32))
+    if not TWO_LEVEL:
+        t = one
+        s_enc = one
+        sc6 = sixth
+    elif ORDER == 1:       # te: S_enc = min(2688 / amax, FLT_MAX); 1 if amax or S_enc is 0
+        s_enc = _f32_min_pos(_f32_div(tl.full(amax.shape, _F32_2688, tl.int32), amax),
+                             tl.full(amax.shape, _F32_MAX, tl.int32))
+        s_enc = tl.where((amax == 0) | (s_enc == 0), one, s_enc)
+        t = _f32_div(one, s_enc)
+        sc6 = _f32_mul(s_enc, sixth)
+    else:                  # exact / torchao: T = fl(amax / 2688)
+        t = _f32_div(amax, tl.full(amax.shape, _F32_2688, tl.int32))
+        if ORDER == 0:
+            t = tl.where(amax == 0, one, tl.where(t == 0, 1, t))
+        s_enc = t * 0
+        sc6 = t * 0
+    tl.store(consts_ptr + offs * 3, t, mask=m)
+    tl.store(consts_ptr + offs * 3 + 1, s_enc, mask=m)
+    tl.store(consts_ptr + offs * 3 + 2, sc6, mask=m)
+
+
+@triton.jit
+def _e4m3_code_of_f32(x):
+    """E4M3 code of non-negative fp32 bits x, RNE, satfinite (NaN -> 0x7F)."""
+    return _encode(x, 0, False, 3, -6, 7, 0x7E, 7, 0x7F, -1, 0, 0, 0, False)
+
+
+@triton.jit
+def nvfp4_quantize_kernel(
+        x_ptr, consts_ptr, scale_ptr, code_ptr, n_rows, n_cols, n_blk, rows_per_tensor,
+        SRC: tl.constexpr, BLOCK: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+        ORDER: tl.constexpr, TWO_LEVEL: tl.constexpr, SCALE_MIN_TINY: tl.constexpr,
+        ROUNDING: tl.constexpr, OVERFLOW: tl.constexpr, NAN_POISON: tl.constexpr,
+        INF_POISON: tl.constexpr, SIGNED_ZERO: tl.constexpr, FLUSH: tl.constexpr):
+    """NVFP4 blocks of a contiguous [n_rows, n_cols] array (tensor t = row // rows_per_tensor,
+    its constants at consts[t]): E4M3 block scales [n_rows, n_blk] and E2M1 codes."""
+    g, g_ok, r, offs, m = _tile(n_rows, n_cols, n_blk, BLOCK, BLOCK_ROWS)
+    b = _widen_to_f32(tl.load(x_ptr + offs, mask=m, other=0), SRC)
+    a = b & 0x7FFFFFFF
+    if FLUSH:                        # amax and the exact order see flushed inputs
+        a = tl.where(a < 0x800000, 0, a)
+    tix = r // rows_per_tensor
+    t = tl.load(consts_ptr + tix * 3, mask=g_ok, other=_F32_ONE)
+    sc6 = tl.load(consts_ptr + tix * 3 + 2, mask=g_ok, other=0)
+
+    amax = _max_along(tl.where(a < _F32_INF, a, 0), 1)
+    has_nan = _max_along(tl.where(a > _F32_INF, 1, 0), 1) > 0
+    has_inf = _max_along(tl.where(a == _F32_INF, 1, 0), 1) > 0
+    poison = g < 0                   # all False
+    if NAN_POISON:
+        poison = poison | has_nan
+    if INF_POISON:
+        poison = poison | has_inf
+    amax = tl.where(has_inf, _F32_INF, amax)
+
+    # block scale (E4M3 code)
+    if ORDER == 0:     # exact: E4M3_rne_satfinite(amax / (6 T)), one rounding
+        sa, ea = _normalize(amax)
+        st, et = _f32_parts(t)
+        num = sa.to(tl.int64) << 36
+        den = st.to(tl.int64) * 6
+        q = num // den
+        sticky = (num - q * den) != 0
+        sc, huge = _round_sig(tl.where(amax == 0, 1, q), ea - 23 - 36 - et, sticky, 3, -6, 7,
+                              False, 0, False)
+        sc = tl.where(sc > 0x7E, 0x7E, sc)
+        sc = tl.where(amax == 0, 0, sc)
+    elif ORDER == 1:   # te: E4M3(min(fl(amax * fl(S_enc / 6)), FLT_MAX))
+        sdb = _f32_min_pos(_f32_mul(amax, sc6), tl.full(amax.shape, _F32_MAX, tl.int32))
+        sc = _e4m3_code_of_f32(sdb)
+    else:              # torchao: E4M3(clamp(fl(fl(amax / 6) / T), 2^-6, 448))
+        sv = _f32_div(amax, tl.full(amax.shape, _F32_SIX, tl.int32))
+        if TWO_LEVEL:
+            sv = _f32_div(sv, t)
+        sv = tl.where(sv <= _F32_INF,
+                      tl.minimum(tl.maximum(sv, _F32_E4M3_TINY), _F32_448), sv)
+        sc = _e4m3_code_of_f32(sv)
+    if SCALE_MIN_TINY:
+        sc = tl.maximum(sc, 0x08)
+    tl.store(scale_ptr + g, tl.where(poison, 0x7F, sc).to(tl.uint8), mask=g_ok)
+
+    # elements
+    s_neg, ss, es, s_nan, _ = _element_value(sc, False, 3, -6, 7, 7, 0x7F, -1)
+    if ORDER == 0:     # E2M1_round(x / (S T)), one rounding
+        sx, ex = _normalize(a)
+        st, et = _f32_parts(t)
+        den = (ss * st).to(tl.int64)[:, None]
+        num = sx.to(tl.int64) << 36
+        q = num // tl.where(den == 0, 1, den)
+        sticky = (num - q * den) != 0
+        code, huge = _round_sig(tl.where(a == 0, 1, q), ex - 23 - 36 - (es + et)[:, None],
+                                sticky, 1, 0, 1, False, ROUNDING, False)
+        code = tl.where((a == 0) | (sc[:, None] == 0), 0, code)
+        code = _finish(code, huge, (b >> 31) & 1, a, False, 7, 3, -1, -1, OVERFLOW,
+                       SIGNED_ZERO)
+    else:
+        sval = tl.where(s_nan, _F32_QNAN, _to_f32(s_neg, ss, es))
+        if ORDER == 1:
+            inv = _f32_min_pos(_f32_div(tl.full(sval.shape, _F32_ONE, tl.int32),
+                                        _f32_mul(sval, t)),
+                               tl.full(sval.shape, _F32_MAX, tl.int32))
+            y = _f32_mul(b, inv[:, None])
+        else:
+            if TWO_LEVEL:
+                total = _f32_mul(t, sval)
+            else:
+                total = sval
+            y = _f32_div(b, total[:, None])
+            ay = y & 0x7FFFFFFF
+            y = tl.where((ay <= _F32_INF) & (ay > _F32_SIX), (y & -2147483648) | _F32_SIX, y)
+        code = _encode(y, 0, False, 1, 0, 1, 7, 3, -1, -1, ROUNDING, OVERFLOW, SIGNED_ZERO,
+                       FLUSH)
+    code = tl.where(poison[:, None], 0, code)
+    tl.store(code_ptr + offs, code.to(tl.uint8), mask=m)
+
+
+# Runtime (non-constexpr) arguments of each kernel as Triton signature types, for ahead-of-time
+# compilation (tests/test_triton_aot.py); "SRC" is the source bit-pattern pointer, *i32 for
+# float32 and *i16 for bfloat16/float16.
+ARG_TYPES = {
+    "mx_quantize": {"x_ptr": "SRC", "scale_ptr": "*u8", "code_ptr": "*u8", "n_rows": "i32",
+                    "n_cols": "i32", "n_blk": "i32"},
+    "mx_dequantize": {"code_ptr": "*u8", "scale_ptr": "*u8", "out_ptr": "*i32", "n_rows": "i32",
+                      "n_cols": "i32", "n_blk": "i32"},
+    "mx_convert": {"x_ptr": "SRC", "code_ptr": "*u8", "n": "i32"},
+    "nvfp4_amax": {"x_ptr": "SRC", "amax_ptr": "*i32", "n_per_tensor": "i32"},
+    "nvfp4_tensor_scale": {"amax_ptr": "*i32", "consts_ptr": "*i32", "n_t": "i32"},
+    "nvfp4_quantize": {"x_ptr": "SRC", "consts_ptr": "*i32", "scale_ptr": "*u8",
+                       "code_ptr": "*u8", "n_rows": "i32", "n_cols": "i32", "n_blk": "i32",
+                       "rows_per_tensor": "i32"},
+}
+
+
+def kernel_signature(kernel: str, src_dtype: str = "float32", constexprs: dict | None = None):
+    """(signature, constexprs) for ``triton.compiler.ASTSource``: every argument of the
+    kernel in order, runtime ones typed, constexpr ones as "constexpr"."""
+    ce = mx_constexprs(kernel, "nvfp4" if kernel.startswith("nvfp4") else "mxfp8_e4m3",
+                       "ocp", src_dtype) if constexprs is None else constexprs
+    src = "*i32" if src_dtype == "float32" else "*i16"
+    types = {k: (src if v == "SRC" else v) for k, v in ARG_TYPES[kernel].items()}
+    types.update({k: "constexpr" for k in ce})
+    names = KERNELS[kernel].arg_names
+    if set(names) != set(types):
+        raise KeyError(f"{kernel}: arguments {sorted(set(names) ^ set(types))} are not "
+                       "described by ARG_TYPES / the constexprs")
+    return {k: types[k] for k in names}, ce
+
+
+KERNELS = {
+    "mx_quantize": mx_quantize_kernel,
+    "mx_dequantize": mx_dequantize_kernel,
+    "mx_convert": mx_convert_kernel,
+    "nvfp4_amax": nvfp4_amax_kernel,
+    "nvfp4_tensor_scale": nvfp4_tensor_scale_kernel,
+    "nvfp4_quantize": nvfp4_quantize_kernel,
+}
+
+
+# =========================================================================================
+# constexpr dictionaries (the launchers and the AOT test use the same ones)
+# =========================================================================================
+def element_constexprs(fmt) -> dict:
+    """EL_* constexprs of a block format's element format (from mxref.formats)."""
+    el = get_format(fmt).element
+    p = el.kernel_params()
+    F = _F
+    return {
+        "EL_IS_INT": bool(p[F.P_KIND] == 1),
+        "EL_MBITS": int(p[F.P_MBITS]),
+        "EL_EMIN": int(p[F.P_EMIN]) if p[F.P_KIND] == 0 else 0,
+        "EL_BIAS": int(p[F.P_BIAS]),
+        "EL_EMAX": int(p[F.P_EMAX]),
+        "EL_MAXCODE": int(p[F.P_MAXCODE]),
+        "EL_SIGNBIT": int(p[F.P_SIGNBIT]),
+        "EL_NAN": int(p[F.P_NAN]),
+        "EL_INF": int(p[F.P_INF]),
+        "EL_MAXSIG": int(p[F.P_MAXSIG]),
+        "EL_EVENTHR": int(p[F.P_EVENTHR]),
+        "EL_MAXF32": int(p[F.P_MAXF32]),
+    }
+
+
+def profile_constexprs(profile) -> dict:
+    """Profile knobs as the MX kernels' constexprs; KernelUnsupported for what they lack."""
+    pr = get_profile(profile)
+    if pr.rounding == "stochastic":
+        raise KernelUnsupported(
+            f"profile {pr.name!r}: stochastic rounding is not implemented by the Triton kernels")
+    return {
+        "SCALE_RULE": SCALE_RULES.index(pr.scale_rule),
+        "ROUNDING": ROUNDINGS.index(pr.rounding),
+        "OVERFLOW": OVERFLOWS.index(pr.overflow),
+        "NAN_POISON": pr.nan_in_block == "poison",
+        "INF_MODE": INF_POLICIES.index(pr.inf_in_block),
+        "SIGNED_ZERO": SIGNED_ZERO.index(pr.signed_zero),
+        "FLUSH": bool(pr.flush_fp32_subnormals),
+        "RCEIL_ANY_UP": pr.rceil_subnormal == "any_up",
+        "SCALE_OVF_NAN": pr.scale_overflow == "nan",
+        "ZEXP": int(pr.zero_scale_elem_exp),
+        "RCEIL_LOG2": bool(pr.rceil_f32_log2),
+    }
+
+
+_ENCODE_KEYS = ("EL_IS_INT", "EL_MBITS", "EL_EMIN", "EL_BIAS", "EL_MAXCODE", "EL_SIGNBIT",
+                "EL_NAN", "EL_INF", "ROUNDING", "OVERFLOW", "SIGNED_ZERO", "FLUSH")
+_DEQUANT_KEYS = ("EL_IS_INT", "EL_MBITS", "EL_EMIN", "EL_BIAS", "EL_SIGNBIT", "EL_NAN",
+                 "EL_INF")
+
+
+def mx_constexprs(kernel: str, fmt, profile="ocp", src_dtype="float32",
+                  block_rows: int | None = None) -> dict:
+    """Every constexpr of ``KERNELS[kernel]`` for one format/profile/source dtype."""
+    f = get_format(fmt)
+    pr = get_profile(profile)
+    if kernel.startswith("nvfp4"):
+        if not f.is_nvfp4:
+            raise KernelUnsupported(f"{kernel} is for nvfp4, not {f.name}")
+        if pr.rounding == "stochastic":
+            raise KernelUnsupported(f"profile {pr.name!r}: stochastic rounding is not "
+                                    "implemented by the Triton kernels")
+        if kernel == "nvfp4_amax":
+            return {"SRC": _src_kind(src_dtype), "BLOCK_N": 1024,
+                    "WITH_INF": pr.inf_in_block != "poison",
+                    "FLUSH": bool(pr.flush_fp32_subnormals)}
+        if kernel == "nvfp4_tensor_scale":
+            return {"ORDER": NVFP4_ORDERS.index(pr.nvfp4_order),
+                    "TWO_LEVEL": bool(pr.nvfp4_tensor_scale), "BLOCK_T": 64}
+        return {"SRC": _src_kind(src_dtype), "BLOCK": 16, "BLOCK_ROWS": block_rows or 64,
+                "ORDER": NVFP4_ORDERS.index(pr.nvfp4_order),
+                "TWO_LEVEL": bool(pr.nvfp4_tensor_scale),
+                "SCALE_MIN_TINY": pr.nvfp4_scale_min == "tiny",
+                "ROUNDING": ROUNDINGS.index(pr.rounding), "OVERFLOW": OVERFLOWS.index(pr.overflow),
+                "NAN_POISON": pr.nan_in_block == "poison",
+                "INF_POISON": pr.inf_in_block == "poison",
+                "SIGNED_ZERO": SIGNED_ZERO.index(pr.signed_zero),
+                "FLUSH": bool(pr.flush_fp32_subnormals)}
+    if f.is_nvfp4:
+        raise KernelUnsupported(f"{kernel} is for MX formats; nvfp4 has its own kernels")
+    el = element_constexprs(f)
+    pk = profile_constexprs(pr)
+    if kernel == "mx_quantize":
+        return {"SRC": _src_kind(src_dtype), "BLOCK": _block_size(f, pr),
+                "BLOCK_ROWS": block_rows or 64, **el, **pk}
+    if kernel == "mx_convert":
+        both = {**el, **pk}
+        return {"SRC": _src_kind(src_dtype), "BLOCK_N": 1024,
+                **{k: both[k] for k in _ENCODE_KEYS}}
+    if kernel == "mx_dequantize":
+        return {"BLOCK": _block_size(f, pr), "BLOCK_ROWS": block_rows or 64,
+                **{k: el[k] for k in _DEQUANT_KEYS}}
+    raise KeyError(f"unknown kernel {kernel!r}; known: {', '.join(KERNELS)}")
+
+
+def _src_kind(src_dtype) -> int:
+    if src_dtype not in SRC_KINDS:
+        raise KernelUnsupported(f"source dtype {src_dtype!r} is not one of {tuple(SRC_KINDS)}")
+    return SRC_KINDS[src_dtype]
+
+
+def _block_size(f, pr) -> int:
+    bs = pr.block_size or f.block_size
+    if bs & (bs - 1) or not 2 <= bs <= 1024:
+        raise KernelUnsupported(f"block size {bs} is not a power of two in [2, 1024]")
+    return bs
+
+
+# =========================================================================================
+# torch launchers
+# =========================================================================================
+# Interpreted kernels cost per program, not per element: give each program many blocks.
+INTERPRETED = type(mx_quantize_kernel).__name__ == "InterpretedFunction"
+GPU_BLOCK_ROWS = 64
+
+
+def _auto_block_rows(n_blocks: int, block_rows: int | None) -> int:
+    if n_blocks >= 2**31 - 2**20:
+        raise KernelUnsupported(f"{n_blocks} blocks in one call: split the tensor below 2^31 "
+                                "blocks")
+    if block_rows is not None:
+        if block_rows < 1 or block_rows & (block_rows - 1):
+            raise KernelUnsupported(f"block_rows={block_rows} is not a power of two")
+        return block_rows
+    if not INTERPRETED:
+        return GPU_BLOCK_ROWS
+    return min(1024, max(16, triton.next_power_of_2(max(n_blocks, 1))))
+
+_TORCH_SRC = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+
+
+def _as_bits(x: torch.Tensor, src_dtype: str | None):
+    """(int32/int16 bit-pattern tensor, src_dtype name) of a float or bit-pattern tensor."""
+    if x.dtype in _TORCH_SRC:
+        name = _TORCH_SRC[x.dtype]
+        if src_dtype is not None and src_dtype != name:
+            raise KernelUnsupported(f"{x.dtype} tensor passed with src_dtype={src_dtype!r}")
+        return x.view(torch.int32 if name == "float32" else torch.int16), name
+    if src_dtype not in SRC_KINDS:
+        raise KernelUnsupported(
+            f"tensor of dtype {x.dtype}: pass float32/bfloat16/float16, or bit patterns "
+            f"(int32/uint32 for float32, int16/uint16 for bfloat16/float16) with src_dtype")
+    width = 4 if src_dtype == "float32" else 2
+    if x.element_size() != width or x.is_floating_point() or x.is_complex():
+        raise KernelUnsupported(f"{x.dtype} is not a {8 * width}-bit pattern of {src_dtype}")
+    return x.view(torch.int32 if width == 4 else torch.int16), src_dtype
+
+
+def _rows_view(x: torch.Tensor, axis: int):
+    """Contiguous [rows, n] view with ``axis`` moved last, and the moved shape."""
+    moved = x.movedim(axis, -1)
+    shape = tuple(moved.shape)
+    n = shape[-1]
+    rows = 1
+    for d in shape[:-1]:
+        rows *= d
+    return moved.contiguous().reshape(rows, n), shape
+
+
+def _norm_axis(axis: int, ndim: int) -> int:
+    if ndim == 0:
+        raise KernelUnsupported("cannot block a 0-d tensor")
+    if not -ndim <= axis < ndim:
+        raise KernelUnsupported(f"axis {axis} is out of range for {ndim} dimensions")
+    return axis % ndim
+
+
+def mx_quantize(x: torch.Tensor, fmt: str, profile="ocp", axis: int = -1,
+                src_dtype: str | None = None, block_rows: int | None = None):
+    """MX quantization along ``axis``: returns (scales uint8, codes uint8) on x's device.
+
+    ``scales`` has x's shape with ``axis`` reduced to ceil(n / 32); ``codes`` has x's shape
+    (one unpacked code per element). x: float32/bfloat16/float16, or bit patterns with
+    ``src_dtype``.
+    """
+    bits, src = _as_bits(x, src_dtype)
+    ce = mx_constexprs("mx_quantize", fmt, profile, src)
+    ax = _norm_axis(axis, bits.ndim)
+    x2, moved = _rows_view(bits, ax)
+    rows, n = x2.shape
+    bs = ce["BLOCK"]
+    nblk = -(-n // bs)
+    if n % bs and get_profile(profile).ragged == "error":
+        raise KernelUnsupported(f"length {n} is not a multiple of block size {bs} and profile "
+                                f"{get_profile(profile).name!r} refuses ragged blocks")
+    ce["BLOCK_ROWS"] = _auto_block_rows(rows * nblk, block_rows)
+    codes = torch.empty((rows, n), dtype=torch.uint8, device=x.device)
+    scales = torch.empty((rows, nblk), dtype=torch.uint8, device=x.device)
+    if rows * nblk:
+        grid = (triton.cdiv(rows * nblk, ce["BLOCK_ROWS"]),)
+        mx_quantize_kernel[grid](x2, scales, codes, rows, n, nblk, **ce)
+    codes = codes.reshape(moved).movedim(-1, ax).contiguous()
+    scales = scales.reshape(moved[:-1] + (nblk,)).movedim(-1, ax).contiguous()
+    return scales, codes
+
+
+def mx_dequantize(scales: torch.Tensor, codes: torch.Tensor, fmt: str, profile="ocp",
+                  axis: int = -1, block_rows: int | None = None) -> torch.Tensor:
+    """Decode codes x 2^(scale - 127) to float32 (one rounding; 0xFF -> NaN)."""
+    if codes.dtype != torch.uint8 or scales.dtype != torch.uint8:
+        raise KernelUnsupported("codes and scales must be uint8 tensors")
+    ce = mx_constexprs("mx_dequantize", fmt, profile)
+    ax = _norm_axis(axis, codes.ndim)
+    c2, moved = _rows_view(codes, ax)
+    rows, n = c2.shape
+    bs = ce["BLOCK"]
+    nblk = -(-n // bs)
+    ce["BLOCK_ROWS"] = _auto_block_rows(rows * nblk, block_rows)
+    s2, smoved = _rows_view(scales, ax)
+    if tuple(smoved) != tuple(moved[:-1]) + (nblk,):
+        raise KernelUnsupported(f"scales shape {tuple(scales.shape)} does not fit codes "
+                                f"{tuple(codes.shape)} with block {bs} along axis {ax}")
+    out = torch.empty((rows, n), dtype=torch.int32, device=codes.device)
+    if rows * nblk:
+        grid = (triton.cdiv(rows * nblk, ce["BLOCK_ROWS"]),)
+        mx_dequantize_kernel[grid](c2, s2, out, rows, n, nblk, **ce)
+    return out.reshape(moved).movedim(-1, ax).contiguous().view(torch.float32)
+
+
+def mx_convert(x: torch.Tensor, fmt: str, profile="ocp", src_dtype: str | None = None):
+    """Element codes of x at scale 2^0 (uint8, x's shape)."""
+    bits, src = _as_bits(x, src_dtype)
+    ce = mx_constexprs("mx_convert", fmt, profile, src)
+    flat = bits.contiguous().reshape(-1)
+    out = torch.empty(flat.shape, dtype=torch.uint8, device=x.device)
+    if INTERPRETED:
+        ce["BLOCK_N"] = min(32768, max(1024, triton.next_power_of_2(flat.numel())))
+    if flat.numel():
+        mx_convert_kernel[(triton.cdiv(flat.numel(), ce["BLOCK_N"]),)](
+            flat, out, flat.numel(), **ce)
+    return out.reshape(bits.shape)
+
+
+def nvfp4_quantize(x: torch.Tensor, profile="ocp", src_dtype: str | None = None,
+                   block_rows: int | None = None):
+    """NVFP4 of a [T, ..., C] tensor: T independent tensors (each with its own global amax),
+    blocks of 16 along the last axis. Returns (scales uint8 [T, ..., ceil(C/16)] E4M3 codes,
+    codes uint8 like x, tensor_scale float32 [T]: dequant = e2m1 * e4m3 * tensor_scale)."""
+    bits, src = _as_bits(x, src_dtype)
+    pr = get_profile(profile)
+    pr.check_format(FORMATS["nvfp4"])
+    if bits.ndim < 2:
+        raise KernelUnsupported("nvfp4_quantize takes [T, ..., C]: T tensors, blocks along C")
+    ce_amax = mx_constexprs("nvfp4_amax", "nvfp4", pr, src)
+    ce_ts = mx_constexprs("nvfp4_tensor_scale", "nvfp4", pr, src)
+    ce = mx_constexprs("nvfp4_quantize", "nvfp4", pr, src)
+    n_t = bits.shape[0]
+    xc = bits.contiguous()
+    per_tensor = xc.numel() // n_t if n_t else 0
+    n = bits.shape[-1]
+    rows = xc.numel() // n if n else 0
+    rows_per_tensor = rows // n_t if n_t else 0
+    nblk = -(-n // 16)
+    ce["BLOCK_ROWS"] = _auto_block_rows(rows * nblk, block_rows)
+    dev = x.device
+    amax = torch.zeros(n_t, dtype=torch.int32, device=dev)
+    consts = torch.zeros((n_t, 3), dtype=torch.int32, device=dev)
+    codes = torch.empty(tuple(bits.shape), dtype=torch.uint8, device=dev)
+    scales = torch.empty(tuple(bits.shape[:-1]) + (nblk,), dtype=torch.uint8, device=dev)
+    if n_t:
+        if per_tensor:
+            nvfp4_amax_kernel[(n_t * triton.cdiv(per_tensor, ce_amax["BLOCK_N"]),)](
+                xc.reshape(n_t, per_tensor), amax, per_tensor, **ce_amax)
+        nvfp4_tensor_scale_kernel[(triton.cdiv(n_t, ce_ts["BLOCK_T"]),)](
+            amax, consts, n_t, **ce_ts)
+        if rows * nblk:
+            nvfp4_quantize_kernel[(triton.cdiv(rows * nblk, ce["BLOCK_ROWS"]),)](
+                xc.reshape(rows, n), consts, scales, codes, rows, n, nblk, rows_per_tensor,
+                **ce)
+    return scales, codes, consts[:, 0].contiguous().view(torch.float32)
+
+
+# ---- packing and scale layouts (torch; see mxref/layouts.py for the conventions) ----------
+def pack_codes(codes: torch.Tensor, fmt: str) -> torch.Tensor:
+    """Pack uint8 codes along the last axis: FP4 two per byte (element 0 in the low nibble),
+    FP6 four per three bytes (little-endian 24-bit words), FP8/INT8 unchanged."""
+    bits = get_format(fmt).element.bits
+    c = codes.to(torch.uint8)
+    n = c.shape[-1]
+    if bits == 8:
+        return c.clone()
+    if bits == 4:
+        c = torch.nn.functional.pad(c, (0, (-n) % 2)) & 0xF
+        return c[..., 0::2] | (c[..., 1::2] << 4)
+    if bits == 6:
+        c = (torch.nn.functional.pad(c, (0, (-n) % 4)) & 0x3F).to(torch.int32)
+        w = c[..., 0::4] | (c[..., 1::4] << 6) | (c[..., 2::4] << 12) | (c[..., 3::4] << 18)
+        out = torch.stack([w & 0xFF, (w >> 8) & 0xFF, (w >> 16) & 0xFF], dim=-1)
+        return out.reshape(*w.shape[:-1], w.shape[-1] * 3).to(torch.uint8)
+    raise KernelUnsupported(f"no packing for {bits}-bit elements")
+
+
+def scale_layout(scales: torch.Tensor, layout: str) -> torch.Tensor:
+    """[R, C] uint8 scales -> 1-D bytes in ``cublas`` (128x4 tiles, offset
+    (r%32)*16 + (r//32)*4 + c inside each 512-byte tile) or ``amd`` (AITER e8m0_shuffle) order."""
+    if scales.ndim != 2:
+        raise KernelUnsupported(f"scale layouts take [rows, cols], got {tuple(scales.shape)}")
+    rows, cols = scales.shape
+    if layout == "cublas":
+        pr, pc = -(-rows // 128) * 128, -(-cols // 4) * 4
+        p = torch.nn.functional.pad(scales, (0, pc - cols, 0, pr - rows))
+        t = p.reshape(pr // 128, 4, 32, pc // 4, 4).permute(0, 3, 2, 1, 4)
+    elif layout == "amd":
+        pr, pc = -(-rows // 256) * 256, -(-cols // 8) * 8
+        p = torch.nn.functional.pad(scales, (0, pc - cols, 0, pr - rows))
+        t = p.reshape(pr // 32, 2, 16, pc // 8, 2, 4).permute(0, 3, 5, 2, 4, 1)
+    else:
+        raise KernelUnsupported(f"unknown scale layout {layout!r}; use cublas or amd")
+    return t.contiguous().reshape(-1)
+
+
+# the NVFP4 kernels hard-code E4M3 (mbits 3, emin -6, bias 7, max 0x7E, NaN 0x7F) and E2M1
+if (E4M3.mbits, E4M3.emin, E4M3.bias, E4M3.max_code, E4M3.nan_code) != (3, -6, 7, 0x7E, 0x7F) \
+        or element_constexprs("nvfp4")["EL_MAXCODE"] != 7:
+    raise ImportError("mxref.formats E4M3/E2M1 no longer match the NVFP4 kernel constants")

@@ -1,0 +1,352 @@
+"""``triton`` and ``rocm``: the Triton kernels of ``mxkernels.triton_quant`` as verify backends.
+
+``TritonBackend`` runs on the GPU (torch device ``cuda``: NVIDIA, or AMD through a ROCm build
+of torch) or, on a machine without one, through the Triton interpreter when
+``TRITON_INTERPRET=1`` is in the environment (device ``cpu (triton interpreter)``).
+``RocmBackend`` is the same kernels, required to run on an AMD GPU.
+
+Triton decides interpreter vs compiler when a kernel is *decorated*, i.e. when the kernel module
+is imported, not when triton itself is imported. The backend therefore checks which kind of
+kernel the imported module holds and, if it is the wrong kind for this run (the module was
+imported earlier with another ``TRITON_INTERPRET`` setting), loads a private copy of the module
+under the right setting. The kernels call only Triton's core builtins, never the @jit helpers
+of ``triton.language.standard`` (``tl.max`` and friends are decorated when *triton* is imported),
+so setting ``TRITON_INTERPRET=1`` in ``os.environ`` before the backend is constructed is enough,
+whatever was imported before (checked by tests/test_triton_backend.py, which imports triton
+first). Setting it in the environment before Python starts works too, of course.
+"""
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import os
+import sys
+import threading
+
+import numpy as np
+
+from .. import __version__
+from ..errors import MXRefError
+from ..formats import FORMATS
+from ..profiles import get_profile
+from .base import Backend, BackendUnavailable, Unsupported
+
+_KERNEL_MODULE = "mxkernels.triton_quant"
+_TRUE = ("1", "true", "on", "yes")
+_LOCK = threading.Lock()
+_PRIVATE: dict = {}
+
+# Profiles whose every L0 and L1 golden file passes bit-exactly (tests/test_triton_backend.py,
+# in the interpreter; the same kernels compile for sm_90/gfx942/gfx950, tests/test_triton_aot.py).
+# Stochastic rounding is not implemented (no named profile uses it).
+_CLAIMED = ("ocp", "rceil", "microxcaling", "torchao_floor", "torchao_rceil", "torchao_ceil",
+            "torchao_even", "triton_kernels_round_up", "triton_kernels_round_down",
+            "triton_kernels_ties_up", "rocm_te_mxfp4", "te_mxfp8", "te_nvfp4", "torchao_nvfp4")
+_OPS = frozenset(("quantize_mx", "quantize_mx_tensor", "quantize_nvfp4", "convert", "dequantize",
+                  "pack"))
+_SRC_NUMPY = {"float32": np.uint32, "bfloat16": np.uint16, "float16": np.uint16}
+
+
+def interpret_requested() -> bool:
+    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in _TRUE
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError as e:  # pragma: no cover - torch is a dependency
+        raise BackendUnavailable(f"torch is not importable: {e}") from None
+    return torch
+
+
+def load_kernels(interpret: bool):
+    """The kernel module with kernels decorated for ``interpret``.
+
+    Compiled kernels come from the canonical ``mxkernels.triton_quant`` unless it was imported
+    under TRITON_INTERPRET=1; interpreted kernels come from the canonical module only if it was
+    imported that way. Otherwise a private copy of the module is executed under the right
+    setting (and kept), so the canonical module is never turned into interpreted kernels
+    behind the back of other code in the process.
+    """
+    with _LOCK:
+        try:
+            import triton  # noqa: F401
+        except ImportError as e:
+            raise BackendUnavailable(f"triton is not importable: {e}") from None
+        try:
+            mod = sys.modules.get(_KERNEL_MODULE)
+            if mod is None and not interpret and not interpret_requested():
+                mod = importlib.import_module(_KERNEL_MODULE)
+            if mod is not None and _is_interpreted(mod) == interpret:
+                return mod
+            if interpret not in _PRIVATE:
+                _PRIVATE[interpret] = _private_copy(interpret)
+            return _PRIVATE[interpret]
+        except BackendUnavailable:
+            raise
+        except Exception as e:  # noqa: BLE001 - any import failure means "cannot run here"
+            raise BackendUnavailable(f"cannot load {_KERNEL_MODULE}: {type(e).__name__}: {e}") \
+                from None
+
+
+def _private_copy(interpret: bool):
+    """Execute the kernel module afresh under TRITON_INTERPRET=1/0 (Triton reads the setting
+    when @triton.jit decorates a function, so it must hold while the module body runs)."""
+    prev = os.environ.get("TRITON_INTERPRET")
+    os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
+    name = f"{_KERNEL_MODULE}__{'interpreted' if interpret else 'compiled'}"
+    try:
+        origin = importlib.util.find_spec(_KERNEL_MODULE).origin
+        spec = importlib.util.spec_from_file_location(name, origin)
+        mod = importlib.util.module_from_spec(spec)
+        sys.modules[name] = mod
+        try:
+            spec.loader.exec_module(mod)
+        except BaseException:
+            sys.modules.pop(name, None)
+            raise
+    finally:
+        if prev is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = prev
+    if _is_interpreted(mod) != interpret:
+        raise BackendUnavailable(
+            "this triton version does not read TRITON_INTERPRET when kernels are decorated; "
+            "set TRITON_INTERPRET=1 in the environment before starting Python")
+    return mod
+
+
+def _is_interpreted(mod) -> bool:
+    return type(mod.mx_quantize_kernel).__name__ == "InterpretedFunction"
+
+
+class TritonBackend(Backend):
+    name = "triton"
+    version = __version__
+    ops = _OPS
+    profiles = _CLAIMED
+
+    def __init__(self, device: str | None = None):
+        self._requested = device
+        self._reason = None
+        self._tq = None
+        self.device = "unavailable"
+        self._torch_device = None
+        self._arch = None
+        self._device_name = None
+        try:
+            self._setup(device)
+        except BackendUnavailable as e:
+            self._reason = str(e)
+        if self._reason is not None and device is not None:
+            raise BackendUnavailable(self._reason)
+
+    # ---- availability ------------------------------------------------------------------
+    def _gpu(self):
+        torch = _torch()
+        try:
+            return torch.cuda.is_available() and torch.cuda.device_count() > 0
+        except Exception:  # noqa: BLE001 - a broken driver is "no GPU"
+            return False
+
+    def _setup(self, device):
+        torch = _torch()
+        interp = interpret_requested()
+        if device is not None and device not in ("cpu", "cuda") and \
+                not str(device).startswith("cuda:"):
+            raise BackendUnavailable(
+                f"{self.name}: device {device!r} is not 'cuda', 'cuda:N' or 'cpu'")
+        if interp and device not in (None, "cpu"):
+            raise BackendUnavailable(
+                f"{self.name}: TRITON_INTERPRET=1 is set, so Triton kernels run in the "
+                f"interpreter on the CPU; unset it to run on {device!r}")
+        if device == "cpu" or (device is None and interp):
+            if not interp:
+                raise BackendUnavailable(
+                    f"{self.name}: device 'cpu' runs the kernels through the Triton "
+                    "interpreter; set TRITON_INTERPRET=1 in the environment")
+            self._tq = load_kernels(True)
+            self._torch_device = torch.device("cpu")
+            self.device = "cpu (triton interpreter)"
+            return
+        if not self._gpu():
+            build = f"torch {torch.__version__}"
+            raise BackendUnavailable(
+                f"{self.name}: no GPU: torch.cuda.is_available() is False ({build}); the "
+                "Triton kernels need a CUDA or ROCm device, or TRITON_INTERPRET=1 in the "
+                "environment to run them through the Triton interpreter on the CPU (slow)")
+        self._tq = load_kernels(False)
+        self._torch_device = torch.device(device or "cuda")
+        idx = self._torch_device.index
+        idx = torch.cuda.current_device() if idx is None else idx
+        props = torch.cuda.get_device_properties(idx)
+        self._device_name = props.name
+        if torch.version.hip:
+            full = getattr(props, "gcnArchName", None) or "gfx?"
+            self._arch = full.split(":")[0]            # gfx942:sramecc+:xnack- -> gfx942
+            self._runtime = f"ROCm/HIP {torch.version.hip}"
+        else:
+            self._arch = f"sm_{props.major}{props.minor}"
+            self._runtime = f"CUDA {torch.version.cuda}"
+        self.device = f"{self._torch_device} ({self._device_name}, {self._arch})"
+
+    @property
+    def kernels(self):
+        """The kernel module this backend launches (mxkernels.triton_quant or its copy)."""
+        self.check_available()
+        return self._tq
+
+    @property
+    def torch_device(self):
+        self.check_available()
+        return self._torch_device
+
+    def check_available(self) -> None:
+        if self._reason is not None:
+            raise BackendUnavailable(self._reason)
+
+    def describe(self) -> dict:
+        d = {**super().describe()}
+        try:
+            import triton
+            d["triton"] = triton.__version__
+        except ImportError:
+            d["triton"] = None
+        torch = _torch()
+        d["torch"] = torch.__version__
+        if self._reason is not None:
+            d["unavailable"] = self._reason
+        elif self._arch is not None:
+            d.update(device_name=self._device_name, arch=self._arch, runtime=self._runtime)
+        else:
+            d.update(runtime="triton interpreter (TRITON_INTERPRET=1)")
+        d["kernels"] = _KERNEL_MODULE
+        return d
+
+    # ---- helpers -----------------------------------------------------------------------
+    def _ready(self):
+        self.check_available()
+        return self._tq, _torch()
+
+    def _check_profile(self, profile, fmt):
+        if fmt not in FORMATS:
+            raise Unsupported(f"unknown format {fmt!r}")
+        try:
+            pr = get_profile(profile)
+            pr.check_format(FORMATS[fmt])
+        except MXRefError as e:           # unknown profile, profile/format conflict
+            raise Unsupported(f"{type(e).__name__}: {e}") from None
+        if pr.rounding == "stochastic":
+            raise Unsupported(f"profile {pr.name!r}: stochastic rounding is not implemented "
+                              "by the Triton kernels")
+        return pr
+
+    def _src(self, src, src_dtype):
+        torch = _torch()
+        if src_dtype not in _SRC_NUMPY:
+            raise Unsupported(f"source dtype {src_dtype!r} is not float32, bfloat16 or float16")
+        want = _SRC_NUMPY[src_dtype]
+        src = np.asarray(src)
+        if src.dtype != want:
+            raise Unsupported(f"{src_dtype} source must be {np.dtype(want).name} bit patterns, "
+                              f"got {src.dtype}")
+        arr = np.ascontiguousarray(src).view(np.int32 if want is np.uint32 else np.int16)
+        return torch.from_numpy(arr.copy()).to(self._torch_device)
+
+    @staticmethod
+    def _np(t, dtype):
+        return np.ascontiguousarray(t.cpu().numpy()).view(dtype)
+
+    def _run(self, fn):
+        tq, torch = self._ready()
+        try:
+            if self._torch_device.type == "cuda":
+                with torch.cuda.device(self._torch_device):   # launch on the tensors' GPU
+                    return fn(tq)
+            return fn(tq)
+        except tq.KernelUnsupported as e:
+            raise Unsupported(str(e)) from None
+
+    # ---- golden ops --------------------------------------------------------------------
+    def quantize_mx(self, src, *, src_dtype, fmt, profile, axis):
+        if fmt not in FORMATS or FORMATS[fmt].is_nvfp4:
+            raise Unsupported(f"quantize_mx takes an MX format, not {fmt!r}")
+        self._check_profile(profile, fmt)
+        x = self._src(src, src_dtype)
+        scales, codes = self._run(lambda tq: tq.mx_quantize(x, fmt, profile, axis=axis,
+                                                            src_dtype=src_dtype))
+        return self._np(scales, np.uint8), self._np(codes, np.uint8)
+
+    def quantize_nvfp4(self, src, *, src_dtype, profile):
+        self._check_profile(profile, "nvfp4")
+        if np.ndim(src) != 3 or np.shape(src)[-1] % 16:
+            raise Unsupported(f"quantize_nvfp4 takes [T, R, C] with C a multiple of 16, got "
+                              f"shape {np.shape(src)}")
+        x = self._src(src, src_dtype)
+        scales, codes, ts = self._run(lambda tq: tq.nvfp4_quantize(x, profile,
+                                                                   src_dtype=src_dtype))
+        return self._np(scales, np.uint8), self._np(codes, np.uint8), self._np(ts, np.uint32)
+
+    def convert(self, src, *, src_dtype, fmt, profile):
+        if fmt not in FORMATS or FORMATS[fmt].is_nvfp4:
+            raise Unsupported(f"convert takes an MX format, not {fmt!r}")
+        self._check_profile(profile, fmt)
+        x = self._src(src, src_dtype)
+        codes = self._run(lambda tq: tq.mx_convert(x, fmt, profile, src_dtype=src_dtype))
+        return self._np(codes, np.uint8)
+
+    def dequantize(self, scales, codes, *, fmt, profile):
+        if fmt not in FORMATS or FORMATS[fmt].is_nvfp4:
+            raise Unsupported(f"dequantize takes an MX format, not {fmt!r}")
+        torch = _torch()
+        scales, codes = np.asarray(scales), np.asarray(codes)
+        if scales.dtype != np.uint8 or codes.dtype != np.uint8:
+            raise Unsupported("dequantize takes uint8 scales and codes")
+        s = torch.from_numpy(np.ascontiguousarray(scales).copy()).to(self._torch_device)
+        c = torch.from_numpy(np.ascontiguousarray(codes).copy()).to(self._torch_device)
+        out = self._run(lambda tq: tq.mx_dequantize(s, c, fmt, profile, axis=-1))
+        return self._np(out, np.uint32)
+
+    def pack(self, codes, *, fmt):
+        if fmt not in FORMATS:
+            raise Unsupported(f"unknown format {fmt!r}")
+        torch = _torch()
+        c = torch.from_numpy(np.ascontiguousarray(codes, dtype=np.uint8).copy())
+        out = self._run(lambda tq: tq.pack_codes(c.to(self._torch_device), fmt))
+        return self._np(out, np.uint8)
+
+    def scale_layout(self, scales, *, layout):
+        torch = _torch()
+        s = torch.from_numpy(np.ascontiguousarray(scales, dtype=np.uint8).copy())
+        out = self._run(lambda tq: tq.scale_layout(s.to(self._torch_device), layout))
+        return self._np(out, np.uint8)
+
+
+class RocmBackend(TritonBackend):
+    """The Triton kernels on an AMD GPU (a ROCm build of torch); nothing else."""
+
+    name = "rocm"
+
+    def _setup(self, device):
+        torch = _torch()
+        hip = getattr(torch.version, "hip", None)
+        ver = ".".join(torch.__version__.split("+")[0].split(".")[:2])
+        if not hip:
+            kind = "CUDA" if torch.version.cuda else "CPU"
+            raise BackendUnavailable(
+                f"rocm: no ROCm device: torch {ver} is a {kind} build (torch.version.hip is "
+                "None); install a ROCm build of torch on a machine with an AMD GPU")
+        if not self._gpu():
+            raise BackendUnavailable(
+                f"rocm: no ROCm device: torch {ver} is a ROCm {hip} build but "
+                "torch.cuda.is_available() is False (no AMD GPU visible: check /dev/kfd, "
+                "HIP_VISIBLE_DEVICES and the amdgpu driver)")
+        if interpret_requested():
+            raise BackendUnavailable(
+                "rocm: TRITON_INTERPRET=1 is set; the rocm backend runs compiled kernels on "
+                "the AMD GPU only (unset it, or use the 'triton' backend for the interpreter)")
+        if device is not None and device != "cuda" and not str(device).startswith("cuda:"):
+            raise BackendUnavailable(f"rocm: device {device!r} is not 'cuda' or 'cuda:N' "
+                                     "(ROCm builds of torch name AMD GPUs 'cuda')")
+        super()._setup(device or "cuda")

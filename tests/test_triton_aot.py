@@ -1,0 +1,123 @@
+"""Ahead-of-time compilation of every Triton kernel in mxkernels/triton_quant.py for AMD
+gfx942 / gfx950 (HSACO) and NVIDIA sm_90 (cubin), without a GPU: this is how CI catches a
+kernel that no longer builds for ROCm or CUDA. A few representative constexpr combinations per
+kernel (integer-only paths, the int64 division paths, each source dtype), each in a fresh
+Triton cache so that the compiler really runs (about a second per kernel and target).
+
+API notes (Triton >= 3.2, checked with 3.6 and 3.9): ``ASTSource(fn, signature, constexprs)``
+takes ``signature`` as a dict of *every* argument name -> type string ("*i32", "*u8", "i32";
+"constexpr" for constexpr parameters) and ``constexprs`` as a dict name -> value; targets are
+``GPUTarget(backend, arch, warp_size)`` with arch "gfx942" (str) for HIP and 90 (int) for CUDA.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+triton = pytest.importorskip("triton")
+pytest.importorskip("torch")
+
+try:
+    from triton.backends import backends as _BACKENDS
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+except ImportError as e:  # pragma: no cover - very old triton
+    pytest.skip(f"triton {triton.__version__} lacks the ASTSource/GPUTarget AOT API: {e}",
+                allow_module_level=True)
+
+if os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes"):
+    pytest.skip("TRITON_INTERPRET=1: triton.language's own @jit helpers are interpreted in this "
+                "process and cannot be compiled; run the AOT test without it",
+                allow_module_level=True)
+
+# the kernels do no floating-point arithmetic, so Triton 3.9's FP-fusion default is moot
+pytestmark = pytest.mark.filterwarnings("ignore:TRITON_DEFAULT_FP_FUSION is unset")
+
+TARGETS = {
+    "gfx942": ("amd", ("hip", "gfx942", 64)),
+    "gfx950": ("amd", ("hip", "gfx950", 64)),
+    "sm_90": ("nvidia", ("cuda", 90, 32)),
+}
+
+# (kernel, format, profile, source dtype): the integer-only fast paths, the int64 division
+# paths (torchao_rceil's float32-log2 rule, NVFP4's exact and fp32-op-order paths), every
+# source dtype, the fixed-point element path and the nonstandard knobs
+COMBOS = [
+    ("mx_quantize", "mxfp4", "ocp", "bfloat16"),
+    ("mx_quantize", "mxfp8_e4m3", "torchao_rceil", "float32"),
+    ("mx_quantize", "mxint8", "microxcaling", "float16"),
+    ("mx_quantize", "mxfp8_e5m2", "te_mxfp8", "float32"),
+    ("mx_dequantize", "mxfp8_e5m2", "ocp", "float32"),
+    ("mx_dequantize", "mxint8", "ocp", "float32"),
+    ("mx_convert", "mxfp6_e3m2", "ocp", "float32"),
+    ("nvfp4_amax", "nvfp4", "ocp", "float32"),
+    ("nvfp4_tensor_scale", "nvfp4", "te_nvfp4", "float32"),
+    ("nvfp4_quantize", "nvfp4", "ocp", "float16"),
+    ("nvfp4_quantize", "nvfp4", "te_nvfp4", "bfloat16"),
+    ("nvfp4_quantize", "nvfp4", "torchao_nvfp4", "float32"),
+]
+
+
+def _missing(vendor: str) -> str | None:
+    """Why the installed triton cannot build for ``vendor`` (None when it can)."""
+    if vendor not in _BACKENDS:
+        return f"triton {triton.__version__} has no {vendor!r} backend compiler " \
+               f"(installed: {', '.join(sorted(_BACKENDS))})"
+    if vendor == "nvidia":
+        bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+        if not (os.environ.get("TRITON_PTXAS_PATH") or bundled.exists()
+                or shutil.which("ptxas")):
+            return "no ptxas (neither bundled with triton, TRITON_PTXAS_PATH nor on PATH)"
+    return None
+
+
+@pytest.fixture(scope="module")
+def tq():
+    """Kernels decorated for the compiler (a private copy if the canonical module was
+    imported under TRITON_INTERPRET=1)."""
+    from mxref.backends.triton_backend import load_kernels
+    mod = load_kernels(False)
+    assert type(mod.mx_quantize_kernel).__name__ == "JITFunction"
+    return mod
+
+
+@pytest.fixture(scope="module", autouse=True)
+def fresh_cache(tmp_path_factory):
+    prev = os.environ.get("TRITON_CACHE_DIR")
+    os.environ["TRITON_CACHE_DIR"] = str(tmp_path_factory.mktemp("triton_cache"))
+    yield
+    if prev is None:
+        os.environ.pop("TRITON_CACHE_DIR", None)
+    else:
+        os.environ["TRITON_CACHE_DIR"] = prev
+
+
+def test_combos_cover_every_kernel(tq):
+    assert {c[0] for c in COMBOS} == set(tq.KERNELS)
+
+
+@pytest.mark.parametrize("combo", COMBOS, ids=lambda c: "-".join(c))
+@pytest.mark.parametrize("target", list(TARGETS))
+def test_compiles(tq, target, combo):
+    vendor, spec = TARGETS[target]
+    why = _missing(vendor)
+    if why:
+        pytest.skip(why)
+    kernel, fmt, profile, sd = combo
+    ce = tq.mx_constexprs(kernel, fmt, profile, sd)
+    sig, ce = tq.kernel_signature(kernel, sd, ce)
+    src = ASTSource(fn=tq.KERNELS[kernel], signature=sig, constexprs=ce)
+    compiled = triton.compile(src, target=GPUTarget(*spec))
+    asm = compiled.asm
+    if vendor == "amd":
+        blob = asm["hsaco"]
+        assert isinstance(blob, bytes) and blob[:4] == b"\x7fELF" and len(blob) > 1000
+        assert re.search(r'\.amdgcn_target\s+"[^"]*' + target + '"', asm["amdgcn"])
+    else:
+        blob = asm["cubin"]
+        assert isinstance(blob, bytes) and blob[:4] == b"\x7fELF" and len(blob) > 1000
+        assert ".target sm_90" in asm["ptx"]
