@@ -5,26 +5,35 @@ import sys
 from pathlib import Path
 
 
-def timing_table(doc: dict) -> list[str]:
-    """Plain table for benchmarks that are not throughput comparisons (golden corpus costs)."""
+TIMING_TITLES = {
+    "cpu_golden": ("Golden corpus costs (CPU)", "Targets from the golden-corpus issue: open all of "
+                   "L1 <= 1 s; generate L1 <= 2 min on 2 cores."),
+    "cpu_verify": ("mxref verify costs (CPU)", "Target from the verify issue: the full L1 corpus "
+                   "with the numba backend <= 30 s on 2 cores; harness overhead must not dominate."),
+}
+
+
+def timing_table(doc: dict, name: str = "cpu_golden") -> list[str]:
+    """Plain table for benchmarks that are not throughput comparisons."""
     m = doc["machine_info"]
-    lines = ["# Golden corpus costs (CPU)", "",
+    title, target = TIMING_TITLES.get(name, (name, ""))
+    lines = [f"# {title}", "",
              f"Machine: {m.get('cpu', {}).get('brand_raw', '?')}, "
              f"{m.get('cpu', {}).get('count', '?')} logical CPUs; commit "
              f"{doc.get('commit_info', {}).get('id', '?')[:10]}.",
-             "Targets from the golden-corpus issue: open all of L1 <= 1 s; generate L1 <= 2 min "
-             "on 2 cores.", "", "| what | median s | min s | max s |", "|---|---:|---:|---:|"]
+             target, "", "| what | median s | min s | max s | notes |", "|---|---:|---:|---:|---|"]
     for b in doc["benchmarks"]:
         st = b["stats"]
+        notes = ", ".join(f"{k} {v}" for k, v in b["extra_info"].items() if k != "what")
         lines.append(f"| {b['extra_info']['what']} | {st['median']:.3f} | {st['min']:.3f} | "
-                     f"{st['max']:.3f} |")
+                     f"{st['max']:.3f} | {notes} |")
     return lines
 
 
 def main(src: str, dst: str) -> None:
     doc = json.loads(Path(src).read_text())
     if not all("fmt" in b["extra_info"] for b in doc["benchmarks"]):
-        lines = timing_table(doc)
+        lines = timing_table(doc, Path(src).stem)
         Path(dst).write_text("\n".join(lines) + "\n")
         print("\n".join(lines))
         return

@@ -9,3 +9,6 @@ python3 bench/report.py bench/results/cpu_quantize.json bench/results/cpu_quanti
 python3 -m pytest bench/test_bench_golden.py -q -p no:cacheprovider \
   --benchmark-json=bench/results/cpu_golden.json
 python3 bench/report.py bench/results/cpu_golden.json bench/results/cpu_golden.md
+python3 -m pytest bench/test_bench_verify.py -q -p no:cacheprovider \
+  --benchmark-json=bench/results/cpu_verify.json
+python3 bench/report.py bench/results/cpu_verify.json bench/results/cpu_verify.md

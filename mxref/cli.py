@@ -419,9 +419,6 @@ def diff_cmd(old, new, as_json):
     sys.exit(1 if differ else 0)
 
 
-if __name__ == "__main__":  # pragma: no cover
-    main()
-
 
 # ---- verify ----------------------------------------------------------------------------------
 def _split(values) -> list[str]:
@@ -550,3 +547,7 @@ def verify_cmd(backend_spec, device, root, suite, profiles, ops, classes, format
     elif code == 4:
         click.echo("the backend could run none of the selected cases (all unsupported)", err=True)
     sys.exit(code)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

@@ -170,6 +170,12 @@ def test_cli_exit_codes():
     assert _cli("-b", "mxref.backends.planted:TiesAway", "-p", "rceil").exit_code == 4
 
 
+def test_module_entry_point_has_verify():
+    r = subprocess.run([sys.executable, "-m", "mxref.cli", "verify", "--list-backends"],
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0 and "numba" in r.stdout.split()
+
+
 def test_cli_json_is_one_document():
     r = _cli("-b", "mxref.backends.planted:SwappedNibbles", "--ops", "pack", "--json")
     doc = json.loads(r.stdout)        # the whole of stdout parses: nothing else was printed

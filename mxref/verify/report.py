@@ -92,7 +92,7 @@ def text_report(doc: dict) -> str:
     fields = ", ".join(f"{k}:{v}" for k, v in s["by_field"].items())
     out.append(f"Summary: {s['cases']} cases in {s['files']} files, {s['elements']} elements; "
                f"{s['mismatched_cases']} mismatched" + (f" ({cls})" if cls else "")
-               + (f" [{fields} elements]" if fields else "")
+               + (f" [differing elements, xfail included: {fields}]" if fields else "")
                + f"; {s['error_cases']} errors; {s['xfail']} xfail; {s['xpass']} xpass; "
                f"{s['skipped_unsupported']} skipped; exit {doc['exit_code']}")
     del shown

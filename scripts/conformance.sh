@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# The conformance gate CI runs: the golden corpus against the numba reference, the torch emulator
+# (CPU) and the Triton kernels (interpreter: L0 and the whole of L1). Every run is attempted;
+# the script fails if any failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export CI=${CI:-true}
+rc=0
+run() { echo "== conformance: $*" >&2; python3 -m pytest -q -p no:cacheprovider conformance "$@" || rc=1; }
+run --mxref-backend=numba --mxref-level=1
+run --mxref-backend=torch --mxref-level=1
+TRITON_INTERPRET=1 run --mxref-backend=triton --mxref-level=0
+TRITON_INTERPRET=1 run --mxref-backend=triton --mxref-level=1   # the whole of L1: about 1 min in the interpreter
+exit $rc
