@@ -750,8 +750,10 @@ def _nvfp4_core(blocks, p, ga, rbits):
         bsv = _f32_div(_f32_div(bamax, _const(0x40C00000, bamax)), t)   # / 6.0, / T
         bsv = _clamp_mag(bsv, 0x3C800000, 0x43E00000)                    # [2^-6, 448]
         s_code = _scale_min(_e4m3_from_f32(bsv, satfinite=False), p)
-        den = _f32_mul(t, _e4m3_f32(s_code)).unsqueeze(-1)
-        y = _clamp_mag(_f32_div(a, den), None, 0x40C00000)               # |.| <= 6
+        # torchao 0.18: x * fl(fl(1 / T) / S) (reciprocal of the combined scale); T = 1 when
+        # single-level, so fl(1 / T) = 1 and this is x * fl(1 / S)
+        recip = _f32_div(_f32_div(one, t), _e4m3_f32(s_code)).unsqueeze(-1)
+        y = _clamp_mag(_f32_mul(a, recip), None, 0x40C00000)             # |.| <= 6
         codes = _encode_f32_mag(sign, y, y == 0, g2, p, rbits)
     else:
         raise ProfileConflictError(f"unknown nvfp4_order {order!r}")

@@ -641,11 +641,13 @@ def nvfp4_quantize_kernel(
                                tl.full(sval.shape, _F32_MAX, tl.int32))
             y = _f32_mul(b, inv[:, None])
         else:
+            # torchao 0.18: x * fl(fl(1 / T) / S), the reciprocal of the combined scale
+            one = tl.full(sval.shape, _F32_ONE, tl.int32)
             if TWO_LEVEL:
-                total = _f32_mul(t, sval)
+                recip = _f32_div(_f32_div(one, t), sval)
             else:
-                total = sval
-            y = _f32_div(b, total[:, None])
+                recip = _f32_div(one, sval)
+            y = _f32_mul(b, recip[:, None])
             ay = y & 0x7FFFFFFF
             y = tl.where((ay <= _F32_INF) & (ay > _F32_SIX), (y & -2147483648) | _F32_SIX, y)
         code = _encode(y, 0, False, 1, 0, 1, 7, 3, -1, -1, ROUNDING, OVERFLOW, SIGNED_ZERO,

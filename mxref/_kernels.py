@@ -750,7 +750,9 @@ def quantize_nvfp4(bits, block, t, s_enc, sc6, order, two_level, fp, e4p, f32p, 
         if order == NV_TE:
             inv = f32_min_pos(f32_div(F32_ONE, f32_mul(sval, t, f32p), f32p), F32_MAXBITS)
         elif order == NV_TORCHAO:
-            total = f32_mul(t, sval, f32p) if two_level else sval
+            # torchao 0.18 multiplies by the reciprocal of the combined scale (MSLK Triton order):
+            # fl(fl(1 / T) / S) with two-level scaling, fl(1 / S) with one
+            recip = f32_div(f32_div(F32_ONE, t, f32p) if two_level else F32_ONE, sval, f32p)
         for i in range(lo, hi):
             b = np.int64(bits[r, i])
             rb = np.int64(rbits[r, i]) if use_rbits else np.int64(0)
@@ -759,7 +761,7 @@ def quantize_nvfp4(bits, block, t, s_enc, sc6, order, two_level, fp, e4p, f32p, 
                 if order == NV_TE:
                     b = f32_mul(b, inv, f32p)
                 elif order == NV_TORCHAO:
-                    b = f32_div(b, total, f32p)
+                    b = f32_mul(b, recip, f32p)
                     ab = b & 0x7FFFFFFF
                     if ab <= F32_INF and ab > F32_SIX:
                         b = (b & 0x80000000) | F32_SIX      # torch.clamp(-6, 6)

@@ -258,9 +258,9 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
         distinguishing=("global_amax 29.5, block_amax 11.0625: te block scale 0x73 (176), exact 0x72",)),
     _OCP.replace(
         name="torchao_nvfp4",
-        description="torchao nvfp4_quantize: per_tensor_scale = amax/2688, block scale "
-                    "fl(fl(block_amax/6)/per_tensor_scale) clamped to [2^-6, 448] then E4M3 RNE; "
-                    "elements x / fl(scale * per_tensor_scale), clamp, RNE.",
+        description="torchao 0.18 nvfp4_quantize: per_tensor_scale T = amax/2688, block scale "
+                    "fl(fl(block_amax/6)/T) clamped to [2^-6, 448] then E4M3 RNE; elements "
+                    "x * fl(fl(1/T)/scale) (the reciprocal, as its Triton kernel), clamp, RNE.",
         source="torchao torchao/prototype/mx_formats/nvfp4_tensor.py::nvfp4_quantize; B18-B20",
         nvfp4_order="torchao", nvfp4_scale_min="tiny",
         formats=("nvfp4",),

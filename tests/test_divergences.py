@@ -113,6 +113,20 @@ def test_b19_torchao_nvfp4_scale_clamped_to_2m6():
     assert tao.codes[0] == 0x5                  # 0.05 / 0.015625 = 3.2 -> 3
 
 
+def test_torchao_nvfp4_multiplies_by_reciprocal():
+    """torchao 0.18: x * fl(fl(1/T)/S). T = 2688/2688 = 1, S = 1440/6 = 240 (0x77): 300/240 =
+    1.25 is an E2M1 tie (exact order: even, 1.0); fl(1/240) = 0.0041666669 rounds up, so
+    300 * fl(1/240) = 1.2500001 -> 1.5 (code 0x3). Hand-worked, and what torchao 0.18 gives."""
+    x = np.zeros((2, 16), np.float32)
+    x[0, 0] = 2688.0
+    x[1, :2] = [1440.0, 300.0]
+    assert np.float32(1) / np.float32(240) * np.float32(300) > np.float32(1.25)
+    tao = mxref.quantize(x, "nvfp4", "torchao_nvfp4")
+    ocp = mxref.quantize(x, "nvfp4", "ocp")
+    assert tao.tensor_scale == 1.0 and tao.scales[1, 0] == 0x77
+    assert tao.codes[1, 1] == 0x3 and ocp.codes[1, 1] == 0x2
+
+
 def test_b20_nvfp4_zero_tensor():
     r = mxref.quantize(np.zeros(32, np.float32), "nvfp4", "te_nvfp4")
     assert not r.scales.any() and not r.codes.any() and r.tensor_scale == 1.0

@@ -144,15 +144,20 @@ class _Run:
             if n_el:
                 self.by_field[fld] = self.by_field.get(fld, 0) + n_el
                 t["mismatched_elements"] += n_el
-        for cls in np.unique(res.classes[sel]):
-            m = sel & (res.classes == cls)
+        uniq, inv = np.unique(res.classes, return_inverse=True)
+        per = {code: np.bincount(inv[sel], weights=(st[sel] == code), minlength=len(uniq)).astype(int)
+               for code in (PASS, MISMATCH, ERROR, SKIPPED, XFAIL)}
+        n_cls = np.bincount(inv[sel], minlength=len(uniq))
+        for k, cls in enumerate(uniq):
+            if not n_cls[k]:
+                continue
             c = self.by_class.setdefault(str(cls), dict(cases=0, mismatched=0, errors=0,
                                                         skipped=0, xfail=0))
-            c["cases"] += int(m.sum())
-            c["mismatched"] += int((st[m] == MISMATCH).sum())
-            c["errors"] += int((st[m] == ERROR).sum())
-            c["skipped"] += int((st[m] == SKIPPED).sum())
-            c["xfail"] += int((st[m] == XFAIL).sum())
+            c["cases"] += int(n_cls[k])
+            c["mismatched"] += int(per[MISMATCH][k])
+            c["errors"] += int(per[ERROR][k])
+            c["skipped"] += int(per[SKIPPED][k])
+            c["xfail"] += int(per[XFAIL][k])
         status = ("error" if counts["error"] else "fail" if counts["mismatch"] else
                   "skipped" if counts["skipped"] == int(sel.sum()) else "pass")
         self.files.append({"path": gf.relpath, "op": gf.op, "format": gf.fmt,
@@ -183,15 +188,17 @@ class _Run:
                                     self._record(res, table, row, fld, n, build))
             else:
                 self.truncated = True
-        for cls in np.unique(res.classes[sel]):
-            m = sel & (res.classes == cls)
-            cst = st[m]
+        for k, cls in enumerate(uniq):
+            if not n_cls[k]:
+                continue
             key = (gf.relpath, str(cls))
             entry = {"op": gf.op, "format": gf.fmt, "profile": gf.profile,
                      "src_dtype": gf.src_dtype, "level": gf.level, "class": str(cls),
-                     "cases": int(m.sum()), "mismatched": int((cst == MISMATCH).sum()),
-                     "errors": int((cst == ERROR).sum()), "xfail": int((cst == XFAIL).sum()),
-                     "skipped": int((cst == SKIPPED).sum())}
+                     "cases": int(n_cls[k]), "mismatched": int(per[MISMATCH][k]),
+                     "errors": int(per[ERROR][k]), "xfail": int(per[XFAIL][k]),
+                     "skipped": int(per[SKIPPED][k])}
+            if entry["errors"] or entry["skipped"] == entry["cases"] or entry["xfail"]:
+                m = sel & (inv == k)
             if entry["errors"]:
                 entry["status"] = "error"
                 rows = np.nonzero(m & (st == ERROR))[0]
