@@ -249,10 +249,7 @@ def _run_quantize_mx(backend, t, res, rows, profile):
         es, ec = exp_s[rr], exp_c[rr, :nv]
 
         def amax_of(i):
-            blk = src[rr[i], :nv].astype(np.uint64)
-            mag = blk & (0x7FFFFFFF if gf.src_dtype == "float32" else 0x7FFF)
-            k = int(np.argmax(np.where(_is_nan_src(blk, gf.src_dtype), 0, mag)))
-            return R.src_record(int(src[rr[i], k]), gf.src_dtype)
+            return _amax_record(src[rr[i], :nv], gf.src_dtype)
 
         def scale_detail(i, j):
             return {"block": 0, "elem": None, "index": [], "input": None, "block_amax": amax_of(i),
@@ -266,6 +263,14 @@ def _run_quantize_mx(backend, t, res, rows, profile):
         cmp.field("scale", es, s[:, 0], detail=scale_detail)
         cmp.field("elems", ec, c, dont_care=np.broadcast_to((es == 0xFF)[:, None], ec.shape),
                   detail=elem_detail)
+
+
+def _amax_record(block_bits, src_dtype):
+    """The block element of largest magnitude (NaNs skipped), as bits and value."""
+    blk = block_bits.astype(np.uint64)
+    mag = blk & (0x7FFFFFFF if src_dtype == "float32" else 0x7FFF)
+    k = int(np.argmax(np.where(_is_nan_src(blk, src_dtype), 0, mag)))
+    return R.src_record(int(blk[k]), src_dtype)
 
 
 def _is_nan_src(bits, src_dtype):
@@ -312,13 +317,9 @@ def _run_quantize_mx_tensor(backend, t, res, rows, profile):
         def amax_of(i, r, col, ax=ax):
             line = src[i, :, col] if ax == 0 else src[i, r, :]
             k = (r if ax == 0 else col) // bs
-            blk = line[k * bs:(k + 1) * bs].astype(np.uint64)
-            mag = blk & (0x7FFFFFFF if gf.src_dtype == "float32" else 0x7FFF)
-            j = int(np.argmax(np.where(_is_nan_src(blk, gf.src_dtype), 0, mag)))
-            return R.src_record(int(blk[j]), gf.src_dtype)
+            return _amax_record(line[k * bs:(k + 1) * bs], gf.src_dtype)
 
         def scale_detail(i, j, ax=ax, es=es, s=s):
-            b, other = divmod(j, es.shape[2]) if ax == 0 else divmod(j, es.shape[2])
             idx = np.unravel_index(j, es.shape[1:])
             r, col = (idx[0] * bs, idx[1]) if ax == 0 else (idx[0], idx[1] * bs)
             return {"axis": ax, "block": [int(v) for v in idx], "elem": None, "index": [],
@@ -365,10 +366,7 @@ def _run_quantize_nvfp4(backend, t, res, rows, profile):
     as_full = np.repeat(s.reshape(T, M, -1), 16, axis=2)
 
     def amax_of(i, r, b):
-        blk = src[i, r, b * 16:(b + 1) * 16].astype(np.uint64)
-        mag = blk & (0x7FFFFFFF if gf.src_dtype == "float32" else 0x7FFF)
-        k = int(np.argmax(np.where(_is_nan_src(blk, gf.src_dtype), 0, mag)))
-        return R.src_record(int(blk[k]), gf.src_dtype)
+        return _amax_record(src[i, r, b * 16:(b + 1) * 16], gf.src_dtype)
 
     def scale_detail(i, j):
         r, b = divmod(j, C // 16)

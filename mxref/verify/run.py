@@ -19,7 +19,6 @@ import numpy as np
 
 from .. import __version__
 from ..backends.base import BackendUnavailable
-from ..golden.store import GoldenIntegrityError
 from ..profiles import PROFILES
 from .engine import (ERROR, MISMATCH, PASS, PROFILE_FREE_OPS, SKIPPED, XFAIL, FileResult,
                      default_golden_root, open_checked, run_file, select_files)
