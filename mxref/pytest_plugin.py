@@ -53,14 +53,18 @@ class _Session:
 
         opt = config.getoption
         self.root = Path(opt("--mxref-golden")) if opt("--mxref-golden") else default_golden_root()
-        self.levels = tuple(int(v) for v in opt("--mxref-level").split(","))
         self.ops = [o for o in (opt("--mxref-ops") or "").split(",") if o] or None
         self.profiles = opt("--mxref-profile")
-        self.expectations = load_expectations(opt("--mxref-expectations")) \
-            if opt("--mxref-expectations") else None
         self.error = None
         self.files = []
         try:
+            try:
+                self.levels = tuple(int(v) for v in opt("--mxref-level").split(","))
+            except ValueError:
+                raise ValueError(f"--mxref-level takes comma-separated integers, got "
+                                 f"{opt('--mxref-level')!r}") from None
+            self.expectations = load_expectations(opt("--mxref-expectations")) \
+                if opt("--mxref-expectations") else None
             self.backend = get_backend(opt("--mxref-backend"), device=opt("--mxref-device"))
             check_backend(self.backend)
             _, files = select_files(self.root, levels=self.levels, ops=self.ops,
@@ -103,7 +107,7 @@ def pytest_generate_tests(metafunc):
         return
     s = _session(config)
     if s.error:
-        metafunc.parametrize("mx_golden_case", [("error", s.error)], ids=["backend-unavailable"])
+        metafunc.parametrize("mx_golden_case", [("error", s.error)], ids=["mxref-setup-error"])
         return
     params = []
     for gf in s.files:
@@ -123,7 +127,7 @@ def check_case(request, case):
     """Body of every conformance test: look the case up in the file's verify run."""
     from .verify.report import record_text
     if isinstance(case, tuple) and case[0] == "error":
-        pytest.fail(f"mxref backend unavailable: {case[1]}", pytrace=False)
+        pytest.fail(f"mxref conformance cannot run: {case[1]}", pytrace=False)
     gf, cls = case
     t = _session(request.config).result(gf, cls)
     if t is None:
