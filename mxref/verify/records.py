@@ -94,9 +94,5 @@ def element_side(el, scale_fmt, scale_byte, code) -> dict:
     return out
 
 
-def fmt_element(fmt_name: str):
-    return FORMATS[fmt_name].element
-
-
 def scale_format_name(fmt_name: str) -> str:
     return "e4m3" if FORMATS[fmt_name].is_nvfp4 else E8M0.name

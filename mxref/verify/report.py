@@ -81,7 +81,6 @@ def text_report(doc: dict) -> str:
         out.append(f"  ERROR {e['file']}: {e['cases']} cases ({', '.join(e['classes'])}): {e['reason']}")
     for r in doc["mismatches"]:
         out.append(record_text(r))
-    shown = len(doc["mismatches"])
     if doc["truncated"]:
         out.append(f"  ... more mismatches not shown (max-errors {doc['max_errors']}; use "
                    "--max-errors 0 or --json-out for all)")
@@ -95,7 +94,6 @@ def text_report(doc: dict) -> str:
                + (f" [differing elements, xfail included: {fields}]" if fields else "")
                + f"; {s['error_cases']} errors; {s['xfail']} xfail; {s['xpass']} xpass; "
                f"{s['skipped_unsupported']} skipped; exit {doc['exit_code']}")
-    del shown
     return "\n".join(out)
 
 
@@ -134,10 +132,9 @@ def junit_xml(doc: dict, tests: dict) -> bytes:
                                   f"L{t['level']}-{cls}]", file=path)
         if t["status"] == "fail":
             fail += 1
-            from .report import record_text as _rt
             el = ET.SubElement(case, "failure", message=f"{t['mismatched']} of {t['cases']} "
                                f"cases mismatched")
-            el.text = _rt(t["record"]) if t.get("record") else ""
+            el.text = record_text(t["record"]) if t.get("record") else ""
         elif t["status"] == "error":
             err += 1
             ET.SubElement(case, "error", message=t.get("reason", "error"))
@@ -184,7 +181,6 @@ def dump_mismatches(root: Path, dumps: list, dest: Path) -> list[str]:
                 if k.decode().startswith("mxref.")}
         meta["dump_of"] = rel
         out = dest if single else (dest.with_suffix("") if dest.suffix == ".arrow" else dest) / _safe(rel)
-        from ..golden.store import _meta  # noqa: F401  (same metadata encoding as the corpus)
         write_golden(out, cols, {k: _maybe_json(v) for k, v in meta.items()})
         written.append(str(out))
     return written

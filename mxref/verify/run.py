@@ -328,13 +328,10 @@ def detect_profile(backend, *, root=None, levels=(1,), ops=None, formats=None, s
     cached = _CachingBackend(backend)
     rows = []
     for p in PROFILES:
-        try:
-            rep = verify(cached, root=root, levels=levels, ops=[o for o in (ops or cached.ops)
-                                                                if o not in PROFILE_FREE_OPS],
-                         profiles=[p], formats=formats, src_dtypes=src_dtypes, classes=classes,
-                         max_errors=1, run_as=native, progress=progress)
-        except BackendUnavailable:
-            raise
+        rep = verify(cached, root=root, levels=levels, ops=[o for o in (ops or cached.ops)
+                                                            if o not in PROFILE_FREE_OPS],
+                     profiles=[p], formats=formats, src_dtypes=src_dtypes, classes=classes,
+                     max_errors=1, run_as=native, progress=progress)
         s = rep.doc["summary"]
         ran = s["cases"] - s["skipped_unsupported"]
         diff = {c: v["mismatched"] + v["errors"] for c, v in s["by_class"].items()
