@@ -93,7 +93,9 @@ def round_magnitude(sig, p, exp2, sticky, fp, mode, rbits):
         if r >= 63:
             n = 0
             rem_vs_half = -1                  # fraction < 1/2 (sig < 2^61)
-            frac32 = 0
+            # the truncated fraction still counts for stochastic rounding (NVFP4's exact order
+            # hands in ~60-bit quotients): floor(sig * 2^32 / 2^r)
+            frac32 = sig >> (r - 32) if r - 32 < 63 else 0
         else:
             n = sig >> r
             rem = sig & ((1 << r) - 1)
