@@ -292,3 +292,16 @@ def dequantize_nvfp4_value(code, scale_code, t_bits):
         return NAN32
     sign, v = decode_element(code, "e2m1")
     return value_to_fp32_bits(sign, v * S[1] * fp32_bits_to_value(t_bits)[1])
+
+
+def philox4x32_10(ctr, key):
+    """Philox4x32-10 (Salmon et al. 2011) on Python ints: counter (c0..c3), key (k0, k1) ->
+    four 32-bit words. Checked against Random123's known answers in test_oracle_diff."""
+    c0, c1, c2, c3 = ctr
+    k0, k1 = key
+    for _ in range(10):
+        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
+        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & 0xFFFFFFFF, (p0 >> 32) ^ c3 ^ k1, \
+            p0 & 0xFFFFFFFF
+        k0, k1 = (k0 + 0x9E3779B9) & 0xFFFFFFFF, (k1 + 0xBB67AE85) & 0xFFFFFFFF
+    return c0, c1, c2, c3

@@ -483,28 +483,17 @@ def test_stochastic_fraction_truncation():
     assert r.codes[:, 1].tolist() == [0x0, 0x1] and (r.scales == 127).all()
 
 
-def _philox4x32_10(ctr, key):
-    c0, c1, c2, c3 = ctr
-    k0, k1 = key
-    for _ in range(10):
-        p0, p1 = 0xD2511F53 * c0, 0xCD9E8D57 * c2
-        c0, c1, c2, c3 = (p1 >> 32) ^ c1 ^ k0, p1 & 0xFFFFFFFF, (p0 >> 32) ^ c3 ^ k1, \
-            p0 & 0xFFFFFFFF
-        k0, k1 = (k0 + 0x9E3779B9) & 0xFFFFFFFF, (k1 + 0xBB67AE85) & 0xFFFFFFFF
-    return c0, c1, c2, c3
-
-
 def test_random_bits_is_philox():
     """random_bits vs an independent Philox4x32-10 (checked on Random123's known answers).
     Counter word 0 is 32 bits wide: offsets wrap modulo 2^32."""
-    assert _philox4x32_10((0, 0, 0, 0), (0, 0)) == (0x6627E8D5, 0xE169C58D, 0xBC57AC4C,
+    assert O.philox4x32_10((0, 0, 0, 0), (0, 0)) == (0x6627E8D5, 0xE169C58D, 0xBC57AC4C,
                                                      0x9B00DBD8)
-    assert _philox4x32_10((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+    assert O.philox4x32_10((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
                           (0xA4093822, 0x299F31D0)) == (0xD16CFE09, 0x94FDCCEB, 0x5001E420,
                                                         0x24126EA1)
     for seed, off in ((0, 0), (1234, 77), (2 ** 40 + 5, 2 ** 33)):
         got = mxref.random_bits((4, 5), seed, off).reshape(-1)
-        want = [_philox4x32_10(((off + i) & 0xFFFFFFFF, 0, 0, 0), (seed & 0xFFFFFFFF, seed >> 32))[0]
+        want = [O.philox4x32_10(((off + i) & 0xFFFFFFFF, 0, 0, 0), (seed & 0xFFFFFFFF, seed >> 32))[0]
                 for i in range(20)]
         assert got.tolist() == want, (seed, off)
 
