@@ -8,6 +8,9 @@ from pathlib import Path
 TIMING_TITLES = {
     "cpu_golden": ("Golden corpus costs (CPU)", "Targets from the golden-corpus issue: open all of "
                    "L1 <= 1 s; generate L1 <= 2 min on 2 cores."),
+    "cpu_gemm": ("GEMM reference costs (CPU)", "Target from the rotations/GEMM issue: the exact "
+                 "MXFP4 GEMM reference at 1024x1024x1024 <= 30 s on 2 cores; peer in the same "
+                 "run: dequantize + numpy float32 matmul."),
     "cpu_verify": ("mxref verify costs (CPU)", "Target from the verify issue: the full L1 corpus "
                    "with the numba backend <= 30 s on 2 cores; harness overhead must not dominate."),
 }

@@ -12,3 +12,6 @@ python3 bench/report.py bench/results/cpu_golden.json bench/results/cpu_golden.m
 python3 -m pytest bench/test_bench_verify.py -q -p no:cacheprovider \
   --benchmark-json=bench/results/cpu_verify.json
 python3 bench/report.py bench/results/cpu_verify.json bench/results/cpu_verify.md
+python3 -m pytest bench/test_bench_gemm.py -q -p no:cacheprovider \
+  --benchmark-json=bench/results/cpu_gemm.json
+python3 bench/report.py bench/results/cpu_gemm.json bench/results/cpu_gemm.md
