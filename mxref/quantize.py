@@ -101,6 +101,26 @@ def random_bits(shape, seed: int, offset: int = 0) -> np.ndarray:
     return out.reshape(shape)
 
 
+def sr_stream_rows(prof: Profile, rbits, seed, rng_offset: int, shape, axis: int) -> np.ndarray:
+    """The stochastic-rounding words as [rows, n] along ``axis`` (a dummy [1, 1] when the
+    profile does not round stochastically); refuses rbits/seed the profile cannot use."""
+    stochastic = prof.rounding == "stochastic"
+    if (rbits is not None or seed is not None) and not stochastic:
+        raise ProfileConflictError(
+            f"rbits/seed given but profile {prof.name!r} rounds with {prof.rounding!r}")
+    if not stochastic:
+        return np.zeros((1, 1), dtype=np.uint32)
+    if rbits is None and seed is None:
+        raise ProfileConflictError("rounding='stochastic' needs rbits (uint32 per element) or seed")
+    if rbits is None:
+        rbits = random_bits(shape, seed, rng_offset)
+    rbits = np.asarray(rbits)
+    if rbits.dtype != np.uint32 or rbits.shape != tuple(shape):
+        raise ShapeError(f"rbits must be uint32 of shape {tuple(shape)}, got "
+                         f"{rbits.dtype} {rbits.shape}")
+    return _to_rows(rbits, axis)
+
+
 def quantize(x, fmt, profile="ocp", axis: int | None = None, *, block_size: int | None = None,
              source_dtype: str | None = None, from_float64: str | None = None,
              rbits=None, seed: int | None = None, rng_offset: int = 0,
@@ -134,23 +154,7 @@ def quantize(x, fmt, profile="ocp", axis: int | None = None, *, block_size: int 
         raise BlockSizeError(
             f"length {n} along axis {ax} is not a multiple of block size {bs} and profile "
             f"{prof.name!r} refuses ragged blocks")
-    stochastic = prof.rounding == "stochastic"
-    if (rbits is not None or seed is not None) and not stochastic:
-        raise ProfileConflictError(
-            f"rbits/seed given but profile {prof.name!r} rounds with {prof.rounding!r}")
-    if stochastic:
-        if rbits is None and seed is None:
-            raise ProfileConflictError(
-                "rounding='stochastic' needs rbits (uint32 per element) or seed")
-        if rbits is None:
-            rbits = random_bits(bits.shape, seed, rng_offset)
-        rbits = np.asarray(rbits)
-        if rbits.dtype != np.uint32 or rbits.shape != bits.shape:
-            raise ShapeError(f"rbits must be uint32 of shape {bits.shape}, got "
-                             f"{rbits.dtype} {rbits.shape}")
-        rb2 = _to_rows(rbits, ax)
-    else:
-        rb2 = np.zeros((1, 1), dtype=np.uint32)
+    rb2 = sr_stream_rows(prof, rbits, seed, rng_offset, bits.shape, ax)
 
     moved_shape = np.moveaxis(bits, ax, -1).shape
     bits2 = _to_rows(bits, ax)
