@@ -16,6 +16,7 @@ import numpy as np
 from . import __version__
 from .errors import MXRefError
 from .formats import FORMATS
+from .backends.base import GOLDEN_OPS
 from .profiles import PROFILES, get_profile
 
 SAMPLE = Path(__file__).parent / "data" / "sample_activations_bf16.npy"
@@ -234,8 +235,7 @@ def _integrity_exit(problems, as_json=False, what="golden check"):
 
 @main.command("generate")
 @click.option("--suite", "ops", multiple=True,
-              type=click.Choice(["quantize_mx", "quantize_mx_tensor", "quantize_nvfp4", "convert",
-                                 "dequantize", "pack"]),
+              type=click.Choice(list(GOLDEN_OPS)),
               help="Ops to generate (default: all).")
 @click.option("--level", "levels", multiple=True, type=click.IntRange(0, 3), default=(0, 1),
               show_default=True, help="TestFloat-style levels: 0 smoke, 1 CI, 2 nightly, 3 exhaustive.")
@@ -548,6 +548,13 @@ def verify_cmd(backend_spec, device, root, suite, profiles, ops, classes, format
         click.echo("the backend could run none of the selected cases (all unsupported)", err=True)
     sys.exit(code)
 
+
+def _register_extensions():
+    from .decompose_cli import decompose_cmd
+    main.add_command(decompose_cmd)
+
+
+_register_extensions()
 
 if __name__ == "__main__":  # pragma: no cover
     main()

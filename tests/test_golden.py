@@ -28,7 +28,7 @@ def test_committed_corpus_passes_check():
 def test_corpus_size_budget():
     doc = M.load_manifest(ROOT)
     total = sum(e["bytes"] for e in doc["files"].values())
-    assert total <= 40 * 1024 * 1024
+    assert total <= 64 * 1024 * 1024       # the committed corpus stays small (L0 + L1)
     assert {e["level"] for e in doc["files"].values()} == {0, 1}
 
 

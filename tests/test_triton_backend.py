@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 from mxref.backends import get_backend
-from mxref.backends.base import GOLDEN_OPS, BackendUnavailable, Unsupported
+from mxref.backends.base import CORE_OPS, BackendUnavailable, Unsupported
 from mxref.backends.triton_backend import RocmBackend, TritonBackend  # imports no triton
 from mxref.golden.store import column_numpy, read_golden
 from mxref.profiles import PROFILES
@@ -97,7 +97,7 @@ def test_claims_cover_the_corpus(backend):
     corpus_profiles = {k[2] for k in INDEX}
     assert set(backend.profiles) == corpus_profiles
     assert set(backend.profiles) <= set(PROFILES)
-    assert backend.ops == frozenset(GOLDEN_OPS)
+    assert backend.ops == frozenset(CORE_OPS)
     assert all(p.rounding != "stochastic" for p in map(PROFILES.get, backend.profiles))
 
 

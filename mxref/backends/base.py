@@ -39,6 +39,29 @@ have different shapes):
     uint8 ``[R, C]`` -> uint8 1-D in ``cublas`` (128x4 tiles) or ``amd`` (e8m0_shuffle) order.
     Part of golden op ``pack``.
 
+Ops built on the core (EXT_OPS; row layouts in golden/README.md, contracts in docs/):
+
+``rotate(src, *, src_dtype, n, signs, method, round_to) -> uint32 bits``
+    block Hadamard along the last axis (``signs`` int8 [n]; ``method`` "butterfly" or
+    "exact"; ``round_to`` "float32" or "bfloat16"). A variant the backend lacks may raise
+    Unsupported (noted, the others still checked). Optional ``random_signs(n, *, seed, step,
+    tensor_id) -> int8 [n]``.
+``quantize_rotated(src, *, src_dtype, fmt, profile, n, signs, round_to) -> (scales, codes)``
+    (NVFP4: ``(scales, codes, tensor_scale)``, each row its own tensor).
+``gemm(a_scales, a_codes, b_scales, b_codes, *, fmt_a, fmt_b, a_tensor_scale=None,
+b_tensor_scale=None) -> uint32 [M, N]``
+    with the attribute ``gemm_contract``: "exact" or "block_sequential" (bit-exact against
+    that golden column) or "bound" (default; within the proven bound of the exact result).
+``rotated_gemm(x, w, *, src_dtype, fmt_x, fmt_w, profile, n, signs, round_to) -> uint32``
+``quantize_mx_sr(src, rbits, *, src_dtype, fmt, profile, axis) -> (scales, codes)``
+    the profile with stochastic rounding and the given uint32 words; optional
+    ``random_bits(n, *, seed, offset) -> uint32 [n]`` (checked against tl.randint's stream).
+``mxfp4_to_fp8(scales, codes, *, group) -> (group_scales, fp8_codes, exact)``,
+``fp8_to_mxfp4(group_scales, codes, *, group, profile) -> (scales, codes)``,
+``reblock(scales, codes, *, fmt, profile, axis) -> (scales, codes)``
+``decompose(src, *, src_dtype, fmt, profile) -> (components uint64 [R, 3, L], flags uint8)``
+    float64 bits of denominator x (scale, dead, grid) and the flag bits of golden/README.md.
+
 ``profile`` is the name of a profile in :data:`mxref.PROFILES`. A backend that implements one
 fixed behaviour (a third-party stack) may ignore it: ``verify`` only asks a backend for the
 profiles it claims, and ``--detect-profile`` compares the backend's native behaviour with every
@@ -52,8 +75,11 @@ from __future__ import annotations
 
 from ..errors import MXRefError
 
-GOLDEN_OPS = ("quantize_mx", "quantize_mx_tensor", "quantize_nvfp4", "convert", "dequantize",
-              "pack")
+CORE_OPS = ("quantize_mx", "quantize_mx_tensor", "quantize_nvfp4", "convert", "dequantize",
+            "pack")
+EXT_OPS = ("rotate", "quantize_rotated", "gemm", "quantize_mx_sr", "mxfp4_to_fp8",
+           "fp8_to_mxfp4", "reblock", "decompose", "rotated_gemm")
+GOLDEN_OPS = CORE_OPS + EXT_OPS
 
 
 class BackendUnavailable(MXRefError):

@@ -72,3 +72,100 @@ class NumbaBackend(Backend):
         if layout == "amd":
             return to_amd_shuffle(scales).reshape(-1)
         raise Unsupported(f"unknown scale layout {layout!r}")
+
+    # ---- ops built on the core (rotations, GEMM, SR, FP8 <-> MXFP4, decomposition) ----------
+    gemm_contract = "exact"
+
+    def rotate(self, src, *, src_dtype, n, signs, method, round_to):
+        from ..rotate import rotate
+        x, sd = _view(src, src_dtype)
+        y = rotate(x, n, signs=signs, method=method, round_to=round_to, source_dtype=sd)
+        return np.ascontiguousarray(y).view(np.uint32)
+
+    def random_signs(self, n, *, seed, step, tensor_id):
+        from ..rotate import sign_vector
+        return sign_vector("random", n, seed=seed, step=step, tensor_id=tensor_id)
+
+    def quantize_rotated(self, src, *, src_dtype, fmt, profile, n, signs, round_to):
+        from ..rotate import quantize_rotated
+        x, sd = _view(src, src_dtype)
+        if not get_format(fmt).is_nvfp4:
+            mx = quantize_rotated(x, fmt, profile, n, signs=signs, round_to=round_to,
+                                  source_dtype=sd)
+            return mx.scales, mx.codes
+        outs = [quantize_rotated(x[r:r + 1], fmt, profile, n, signs=signs, round_to=round_to,
+                                 source_dtype=sd) for r in range(x.shape[0])]
+        return (np.concatenate([o.scales for o in outs]).reshape(x.shape[0], -1),
+                np.concatenate([o.codes for o in outs]).reshape(x.shape),
+                np.array([np.float32(o.tensor_scale).view(np.uint32) for o in outs], np.uint32))
+
+    def gemm(self, a_scales, a_codes, b_scales, b_codes, *, fmt_a, fmt_b, a_tensor_scale=None,
+             b_tensor_scale=None):
+        from ..gemm import gemm_codes
+        ts = lambda t: None if t is None else np.uint32(t).view(np.float32)  # noqa: E731
+        y = gemm_codes(a_codes, a_scales, fmt_a, b_codes, b_scales, fmt_b,
+                       a_tensor_scale=ts(a_tensor_scale), b_tensor_scale=ts(b_tensor_scale),
+                       mode=self.gemm_contract if self.gemm_contract != "bound" else "exact")
+        return np.ascontiguousarray(y, np.float32).view(np.uint32)
+
+    def rotated_gemm(self, x, w, *, src_dtype, fmt_x, fmt_w, profile, n, signs, round_to):
+        from ..rotated_gemm import rotated_gemm
+        (xv, sd), (wv, _) = _view(x, src_dtype), _view(w, src_dtype)
+        mode = self.gemm_contract if self.gemm_contract != "bound" else "exact"
+        r = rotated_gemm(xv, wv, fmt_x, fmt_w, n=n, profile=profile, signs=signs,
+                         round_to=round_to, mode=mode, source_dtype=sd)
+        return np.ascontiguousarray(r.y, np.float32).view(np.uint32)
+
+    def quantize_mx_sr(self, src, rbits, *, src_dtype, fmt, profile, axis):
+        from ..golden.suites_ext import sr_profile
+        x, sd = _view(src, src_dtype)
+        mx = quantize(x, fmt, sr_profile(profile), axis=axis, source_dtype=sd, rbits=rbits)
+        return mx.scales, mx.codes
+
+    def random_bits(self, n, *, seed, offset):
+        from ..quantize import random_bits
+        return random_bits((n,), seed, offset)
+
+    def mxfp4_to_fp8(self, scales, codes, *, group):
+        from ..fp8fp4 import mxfp4_to_fp8
+        f8 = mxfp4_to_fp8(_mx(codes, scales, "mxfp4", "ocp"), group=group)
+        return f8.scales, f8.codes, np.asarray(f8.exact)
+
+    def fp8_to_mxfp4(self, group_scales, codes, *, group, profile):
+        from ..fp8fp4 import FP8Tensor, fp8_to_mxfp4
+        f8 = FP8Tensor(codes=codes, scales=group_scales, group=group, axis=1, fp8="e4m3",
+                       exact=np.ones(group_scales.shape, bool))
+        mx = fp8_to_mxfp4(f8, profile=profile)
+        return mx.scales, mx.codes
+
+    def reblock(self, scales, codes, *, fmt, profile, axis):
+        from ..fp8fp4 import reblock
+        out = reblock(_mx(codes, scales, fmt, profile), axis=axis, profile=profile)
+        return out.scales, out.codes
+
+    def decompose(self, src, *, src_dtype, fmt, profile):
+        """components: uint64 [R, 3, L] (float64 bits of denominator x (scale, dead, grid));
+        flags uint8 [R, L]. MX: blocks along the last axis; NVFP4: each row is a [L/16, 16]
+        tensor with its own global amax."""
+        from ..decompose import decompose
+        from ..golden.suites_ext import decomposition_flags
+        x, sd = _view(src, src_dtype)
+        if get_format(fmt).is_nvfp4:
+            ds = [decompose(x[r].reshape(-1, 16), fmt, profile, source_dtype=sd)
+                  for r in range(x.shape[0])]
+        else:
+            ds = [decompose(x, fmt, profile, axis=-1, source_dtype=sd)]
+        L = x.shape[-1]
+        comps = np.concatenate([np.stack([d.exact_scale.reshape(-1, L), d.exact_dead.reshape(-1, L),
+                                          d.exact_grid.reshape(-1, L)], axis=1) for d in ds])
+        flags = np.concatenate([decomposition_flags(d).reshape(-1, L) for d in ds])
+        return np.ascontiguousarray(comps).view(np.uint64), flags
+
+
+def _mx(codes, scales, fmt, profile):
+    """An MXTensor around codes/scales with blocks along axis 1."""
+    from ..quantize import MXTensor
+    f = get_format(fmt)
+    return MXTensor(codes=np.ascontiguousarray(codes), scales=np.ascontiguousarray(scales), fmt=f,
+                    profile=get_profile(profile), axis=1, block_size=f.block_size)
+

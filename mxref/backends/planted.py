@@ -136,6 +136,40 @@ class ZeroScaleIsZero(_Planted):
         return np.where(zero, out & np.uint32(0x80000000), out).astype(np.uint32)
 
 
+class GemmZeroScale(_Planted):
+    name, bug = ("planted-gemm-zero-scale", "GEMM decodes scale byte 0x00 as zero (tl.dot_scaled "
+                 "on Hopper, mx_anchors B9-B12)")
+
+    def gemm(self, a_scales, a_codes, b_scales, b_codes, **kw):
+        def zero_blocks(scales, codes, fmt):
+            if get_format(fmt).is_nvfp4:
+                return codes
+            bs = get_format(fmt).block_size
+            dead = np.repeat(scales == 0, bs, axis=-1)[..., :codes.shape[-1]]
+            return np.where(dead, np.uint8(0), codes).astype(np.uint8)
+        return super().gemm(a_scales, zero_blocks(a_scales, a_codes, kw["fmt_a"]), b_scales,
+                            zero_blocks(b_scales, b_codes, kw["fmt_b"]), **kw)
+
+
+class RotateFloat64(_Planted):
+    name, bug = ("planted-rotate-f64", "Hadamard rotation summed exactly and rounded once instead "
+                 "of the fp32 butterfly contract")
+
+    def rotate(self, src, *, src_dtype, n, signs, method, round_to):
+        return super().rotate(src, src_dtype=src_dtype, n=n, signs=signs, method="exact",
+                              round_to=round_to)
+
+
+class SRStrict(_Planted):
+    name, bug = ("planted-sr-strict", "stochastic rounding rounds up only when f + r > 2^32 "
+                 "(the rule is >=)")
+
+    def quantize_mx_sr(self, src, rbits, **kw):
+        r = rbits.astype(np.int64) - 1
+        return super().quantize_mx_sr(src, np.maximum(r, 0).astype(np.uint32), **kw)
+
+
 PLANTED = {"ties_away": TiesAway, "f32_log2_scale": Float32Log2Scale,
            "swapped_nibbles": SwappedNibbles, "nan_not_poisoned": NanNotPoisoned,
-           "zero_scale_dequant": ZeroScaleIsZero, "emax_off_by_one": EmaxOffByOne}
+           "zero_scale_dequant": ZeroScaleIsZero, "emax_off_by_one": EmaxOffByOne,
+           "gemm_zero_scale": GemmZeroScale, "rotate_f64": RotateFloat64, "sr_strict": SRStrict}

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import GOLDEN_OPS, Backend, BackendUnavailable, Unsupported
+from .base import CORE_OPS, Backend, BackendUnavailable, Unsupported
 
 # Profiles for which every L0 and L1 golden file passes bit-exactly (tests/test_torch_backend.py).
 CLAIMED_PROFILES = (
@@ -33,7 +33,7 @@ def _emu():
 
 class TorchBackend(Backend):
     name = "torch"
-    ops = frozenset(GOLDEN_OPS)
+    ops = frozenset(CORE_OPS)
     profiles = CLAIMED_PROFILES
 
     def __init__(self, device: str | None = None):

@@ -16,7 +16,7 @@ import pyarrow as pa
 from ..errors import MXRefError
 
 FORMAT_VERSION = "1.0"
-SUITE_VERSION = "2026.11.0"
+SUITE_VERSION = "2026.11.1"
 MAX_FILE_BYTES = 256 * 1024 * 1024
 META_PREFIX = "mxref."
 # metadata that may legitimately differ between machines (which peers are installed)

@@ -12,7 +12,8 @@ One file per (op x format x profile x source dtype x level). Ops:
 * ``dequantize``: every code x scale bytes from 0x00 to 0xFF -> fp32 bits.
 * ``pack``: codes -> packed bytes (FP4 nibbles, FP6 4-in-3), plus cuBLAS/AMD scale layouts.
 
-New ops (rotations, GEMMs, decompositions) add an entry to OPS with their own row builder.
+The ops built on the core (rotate, quantize_rotated, gemm, quantize_mx_sr, mxfp4_to_fp8,
+fp8_to_mxfp4, reblock, decompose, rotated_gemm) live in :mod:`.suites_ext` and are merged into OPS.
 """
 from __future__ import annotations
 
@@ -37,7 +38,10 @@ SPEC = "OCP-MX-1.0 + NVFP4"
 ROOT = Path(__file__).resolve().parents[1]
 # Sources whose bytes decide the goldens (the transitive generator; WebGPU CTS hashes.json idea)
 GENERATOR_SOURCES = ("_kernels.py", "formats.py", "profiles.py", "quantize.py", "inputs.py",
-                     "layouts.py", "golden/cases.py", "golden/suites.py", "golden/store.py")
+                     "layouts.py", "rotate.py", "gemm.py", "rotated_gemm.py", "fp8fp4.py",
+                     "decompose.py",
+                     "golden/cases.py", "golden/suites.py", "golden/suites_ext.py",
+                     "golden/store.py")
 
 
 def generator_source_sha256() -> str:
@@ -72,6 +76,9 @@ def file_specs(level: int, ops=None) -> list[FileSpec]:
     ops = ops or OPS
     specs = []
     for op in ops:
+        if op in EXT_OPS:
+            specs += EXT_OPS[op][0](level)
+            continue
         for fmt in FORMATS:
             for pname, prof in PROFILES.items():
                 if op in ("quantize_mx", "quantize_mx_tensor") and not FORMATS[fmt].is_nvfp4 \
@@ -363,8 +370,11 @@ def build_quantize_mx_tensor(spec: FileSpec, cross_check=True):
     return cols, classes, {"cross_checks": []}
 
 
-OPS = {"quantize_mx": build_quantize_mx, "quantize_mx_tensor": build_quantize_mx_tensor, "quantize_nvfp4": build_quantize_nvfp4,
-       "convert": build_convert, "dequantize": build_dequantize, "pack": build_pack}
+OPS = {"quantize_mx": build_quantize_mx, "quantize_mx_tensor": build_quantize_mx_tensor,
+       "quantize_nvfp4": build_quantize_nvfp4, "convert": build_convert,
+       "dequantize": build_dequantize, "pack": build_pack}
+from .suites_ext import EXT_OPS, _meta as _ext_meta  # noqa: E402  (needs the helpers above)
+OPS.update({op: builder for op, (_, builder) in EXT_OPS.items()})
 
 
 def build_file(spec: FileSpec, out_root: Path | None, cross_check=True):
@@ -374,7 +384,7 @@ def build_file(spec: FileSpec, out_root: Path | None, cross_check=True):
         return None
     cols, classes, extra = res
     cov = _coverage(classes)
-    meta = _common_meta(spec, cov, extra)
+    meta = _ext_meta(spec, cov, extra) if spec.op in EXT_OPS else _common_meta(spec, cov, extra)
     data = write_golden(None if out_root is None else out_root / spec.relpath, cols, meta)
     return data, len(classes), cov
 

@@ -25,7 +25,10 @@ from . import records as R
 PASS, MISMATCH, ERROR, SKIPPED, XFAIL = range(5)
 STATUS_NAMES = ("pass", "mismatch", "error", "skipped", "xfail")
 # ops whose expected bits do not depend on a profile (their files are labelled 'ocp')
-PROFILE_FREE_OPS = ("dequantize", "pack")
+PROFILE_FREE_OPS = ("dequantize", "pack", "rotate", "gemm", "mxfp4_to_fp8")
+# fields whose compared elements count toward the report's element total
+_ELEMENT_FIELDS = ("elems", "dequant", "packed", "butterfly", "exact", "butterfly_bf16", "y",
+                   "components")
 
 
 class SelectionError(MXRefError, ValueError):
@@ -74,7 +77,7 @@ def select_files(root: Path, *, levels=(1,), ops=None, profiles=None, formats=No
     for rel, e in doc["files"].items():
         if e["level"] not in levels or (ops and e["op"] not in ops):
             continue
-        if formats and e["format"] not in formats:
+        if formats and not set(e["format"].split("+")) & set(formats):
             continue
         if src_dtypes and e["src_dtype"] not in src_dtypes:
             continue
@@ -129,6 +132,9 @@ class FileResult:
     details: list = field(default_factory=list)       # (row, field, record builder) in row order
     expectation_of: dict = field(default_factory=dict)  # row -> expectation index
     actual: dict = field(default_factory=dict)          # actual_* column -> [rows, ...] array
+    check_mode: str = "bitexact"        # or "bound" (gemm under a backend's bound contract)
+    ulp: dict | None = None             # bound mode: ulp statistics of the results in bound
+    notes: list = field(default_factory=list)           # variants a backend does not support
 
     def put(self, name, rows, values):
         """Keep the backend's output for rows (for --dump-mismatches)."""
@@ -210,7 +216,7 @@ class _Compare:
         fr = res.field_rows.setdefault(name, np.zeros(len(res.status), bool))
         fr[self.rows[row_bad]] = True
         res.field_elems[name] = res.field_elems.get(name, 0) + int(flat.sum())
-        res.elements += len(self.rows) * n_el if name in ("elems", "dequant", "packed") else 0
+        res.elements += len(self.rows) * n_el if name in _ELEMENT_FIELDS else 0
         for i in np.nonzero(row_bad)[0]:
             r = int(self.rows[i])
             if res.status[r] == PASS:
@@ -500,3 +506,7 @@ def run_file(backend, table, gf: GoldenFile, *, profile: str, classes=None) -> F
 
 def file_meta(table) -> dict:
     return schema_meta(table)
+
+
+from .ext_runners import EXT_RUNNERS  # noqa: E402  (the runners import this module's helpers)
+RUNNERS.update(EXT_RUNNERS)

@@ -73,7 +73,18 @@ def text_report(doc: dict) -> str:
         extra = ", ".join(f"{a[k]} {k}" for k in ("mismatch", "error", "skipped", "xfail") if a[k])
         out.append(f"{op:<20} {a['files']:>4} files {a['cases']:>7} cases  {verdict}"
                    + (f" ({extra})" if extra else ""))
+    for mode, c in s.get("by_check", {}).items():
+        if mode == "bitexact" and len(s["by_check"]) == 1:
+            break                          # the common case: say nothing extra
+        line = (f"check {mode:<9} {c['cases']:>7} cases: {c['passed']} pass, {c['failed']} fail"
+                + (f", {c['skipped']} skipped" if c["skipped"] else ""))
+        if c.get("ulp"):
+            hist = " ".join(f"{k}:{v}" for k, v in c["ulp"]["hist"].items() if v)
+            line += f"; within bound: max {c['ulp']['max_ulp']:.3g} ulp [{hist}]"
+        out.append(line)
     for f in doc["files"]:
+        for n in f.get("notes", []):
+            out.append(f"  note {f['path']}: variant not supported: {n}")
         if f["status"] in ("fail", "error"):
             out.append(f"  {f['status'].upper():<5} {f['path']}: {f['mismatch']} mismatched, "
                        f"{f['error']} errors of {f['cases']}")

@@ -87,7 +87,7 @@ class _Run:
         self.expectations = expectations or []
         self.exp_state = {d.index: {"matched": 0, "mismatched": 0} for d in self.expectations}
         self.files, self.records, self.errors = [], [], []
-        self.by_class, self.by_field = {}, {}
+        self.by_class, self.by_field, self.by_check = {}, {}, {}
         self.totals = dict(cases=0, elements=0, passed_cases=0, mismatched_cases=0,
                            error_cases=0, mismatched_elements=0, xfail=0, skipped_unsupported=0)
         self.tests = {}
@@ -162,7 +162,22 @@ class _Run:
         self.files.append({"path": gf.relpath, "op": gf.op, "format": gf.fmt,
                            "profile": gf.profile, "run_as": profile_asked,
                            "src_dtype": gf.src_dtype, "level": gf.level, "status": status,
-                           "cases": int(sel.sum()), **{k: v for k, v in counts.items()}})
+                           "check": res.check_mode, "cases": int(sel.sum()),
+                           **{k: v for k, v in counts.items()},
+                           **({"ulp": res.ulp} if res.ulp else {}),
+                           **({"notes": res.notes} if res.notes else {})})
+        bc = self.by_check.setdefault(res.check_mode, dict(cases=0, passed=0, failed=0,
+                                                          skipped=0, xfail=0))
+        bc["cases"] += int(sel.sum())
+        bc["passed"] += counts["pass"]
+        bc["failed"] += counts["mismatch"] + counts["error"]
+        bc["skipped"] += counts["skipped"]
+        bc["xfail"] += counts["xfail"]
+        if res.ulp:
+            u = bc.setdefault("ulp", {"max_ulp": 0.0, "hist": {}})
+            u["max_ulp"] = max(u["max_ulp"], res.ulp["max_ulp"])
+            for k, v in res.ulp["hist"].items():
+                u["hist"][k] = u["hist"].get(k, 0) + v
         # errors, grouped by reason
         by_reason = {}
         for r, why in res.reasons.items():
@@ -303,7 +318,8 @@ def verify(backend, *, root=None, levels=(1,), ops=None, profiles=None, formats=
         code, status = EXIT_OK, "pass"
     summary = {**t, "xpass": len(xpass), "files": len(files),
                "by_class": dict(sorted(run.by_class.items())),
-               "by_field": dict(sorted(run.by_field.items()))}
+               "by_field": dict(sorted(run.by_field.items())),
+               "by_check": dict(sorted(run.by_check.items()))}
     out = {**header, "status": status, "exit_code": code, "summary": summary,
            "files": run.files, "truncated": run.truncated, "max_errors": max_errors,
            "mismatches": run.records, "errors": run.errors[:max(max_errors, 1) * 5],
