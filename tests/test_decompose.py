@@ -623,3 +623,43 @@ def test_cli_reports_special_elements(tmp_path):
     sec = json.loads(r.output)["sections"][0]
     assert sec["n_special"] == 32 and sec["results"]["floor"]["n_special"] == 32
     assert sec["results"]["floor"]["n_elements"] == 96
+
+
+# ---- each component in isolation (blocks built by hand: expected values need no mxref) -------
+def _parts(v):
+    d = mxref.decompose(np.array(v, np.float32).reshape(1, 32), "mxfp4", "ocp")
+    return (np.abs(d.exact_scale).sum(), np.abs(d.exact_dead).sum(), np.abs(d.exact_grid).sum(),
+            d)
+
+
+def test_only_grid_noise():
+    """amax = 6 * 2^k: the floor scale is exactly s* = 2^k; every element >= s*/4 and one
+    off-grid element (1.3 * 2^k): only the grid term is non-zero, and it is q - x there."""
+    k = 3
+    v = [6.0 * 2 ** k] + [1.0 * 2 ** k] * 30 + [1.3 * 2 ** k]
+    sc, dd, gr, d = _parts(v)
+    assert sc == 0 and dd == 0 and gr > 0
+    assert float(d.grid.reshape(-1)[31]) == float(np.float32(1.5 * 2 ** k) - np.float32(1.3 * 2 ** k))
+
+
+def test_only_deadzone():
+    """s = s* again, the other elements on the grid, plus elements below s*/4 = 2^k / 4: only
+    the deadzone term is non-zero, and it is -x at exactly those elements."""
+    k = -2
+    tiny = [0.2 * 2 ** k, -0.1 * 2 ** k]
+    v = [6.0 * 2 ** k] + [2.0 * 2 ** k] * 29 + tiny
+    sc, dd, gr, d = _parts(v)
+    assert sc == 0 and gr == 0 and dd > 0
+    dead = d.dead.reshape(-1)
+    assert np.array_equal(np.nonzero(dead)[0], [30, 31])
+    assert dead[30] == -float(np.float32(tiny[0])) and dead[31] == -float(np.float32(tiny[1]))
+
+
+def test_only_scale_bias():
+    """amax = 5: s* = 5/6 and the block holds only 5, 5/2, 5/4 (= 6, 3, 1.5 times s*): the
+    ideal quantizer reproduces every element (grid = dead = 0), while the floor scale 2^0 puts
+    5 on the E2M1 grid of step 2 around it (5 -> 4, ties to even): only the scale term."""
+    v = [5.0, -5.0, 2.5, -2.5, 1.25, -1.25] * 5 + [5.0, 1.25]
+    sc, dd, gr, d = _parts(v)
+    assert dd == 0 and gr == 0 and sc > 0
+    assert float(d.scale.reshape(-1)[0]) == 4.0 - 5.0

@@ -136,3 +136,47 @@ def test_gemm_golden_bounds_are_consistent():
             bd = np.array(t.column("exp_bound")[r].as_py(), np.uint64).view(np.float64)
             ok, _ = _gemm_within(bs, ex, bd)
             assert ok.all(), (gf.relpath, r, column_numpy(t, "class")[r])
+
+
+def test_decomposition_identity_holds_bit_exactly_on_every_golden():
+    """Every decompose row of L0 and L1: exp_scale + (exp_dead + exp_grid) == exp_total in
+    float64 bits, and exp_total == denominator * (Q(x) - x) in exact rational arithmetic,
+    with Q(x) from the core quantizer (itself held to the Fraction oracle)."""
+    from fractions import Fraction
+
+    import mxref
+    from mxref.golden.suites_ext import FLAG_BITS
+    _, files = select_files(ROOT, levels=(0, 1), ops=["decompose"])
+    assert len(files) >= 38
+    checked = 0
+    for gf in files:
+        t = read_golden(ROOT / gf.relpath)
+        comps = [column_numpy(t, c).view(np.float64) for c in ("exp_scale", "exp_dead",
+                                                                "exp_grid", "exp_total")]
+        s, d, g, tot = comps
+        assert np.array_equal((s + (d + g)).view(np.uint64), tot.view(np.uint64)), gf.relpath
+        src = column_numpy(t, "src_bits")
+        den = column_numpy(t, "denominator")
+        special = (column_numpy(t, "exp_flags") & FLAG_BITS["special"]) != 0
+        for r in range(0, len(src), 7):                 # a sample of rows, every class
+            x = (src[r].view(np.float32) if gf.src_dtype == "float32" else
+                 (src[r].astype(np.uint32) << np.uint32(16)).view(np.float32))
+            shape = (4, 16) if gf.fmt == "nvfp4" else (1, 32)
+            mx = mxref.quantize(x.reshape(shape), gf.fmt, gf.profile)
+            if gf.fmt == "nvfp4":      # exact value: e2m1 x e4m3 x tensor scale (no rounding)
+                el, sf = mx.fmt.element, mx.fmt.scale
+                sc = np.repeat(mx.scales, 16, axis=1).reshape(-1)
+                codes = mx.codes.reshape(-1)
+
+                def q(i, el=el, sf=sf, sc=sc, codes=codes, ts=Fraction(float(mx.tensor_scale))):
+                    return Fraction(el.decode(int(codes[i]))) * Fraction(sf.decode(int(sc[i]))) * ts
+            else:                      # power-of-two scales: the fp32 dequantization is exact
+                deq = mx.dequantize().reshape(-1)
+
+                def q(i, deq=deq):
+                    return Fraction(float(deq[i]))
+            for i in np.nonzero(~special[r])[0]:
+                want = int(den[r]) * (q(i) - Fraction(float(x[i])))
+                assert Fraction(float(tot[r, i])) == want, (gf.relpath, r, i)
+                checked += 1
+    assert checked > 10_000
