@@ -82,9 +82,12 @@ class _Session:
     def result(self, gf, cls):
         from .verify.run import verify
         if gf.relpath not in self._cache:
+            from .formats import FORMATS
+            from .verify.engine import PROFILE_FREE_OPS
             rep = verify(self.backend, root=self.root, levels=(gf.level,), ops=[gf.op],
-                         profiles=None if gf.op in ("dequantize", "pack") else [gf.profile],
-                         formats=[gf.fmt], src_dtypes=[gf.src_dtype], max_errors=1,
+                         profiles=None if gf.op in PROFILE_FREE_OPS else [gf.profile],
+                         formats=[f for f in gf.fmt.split("+") if f in FORMATS] or None,
+                         src_dtypes=[gf.src_dtype], max_errors=1,
                          expectations=self.expectations, only={gf.relpath})
             self._cache = {gf.relpath: rep.cases_by_test}   # keep one file's results alive
         return self._cache[gf.relpath].get((gf.relpath, cls))

@@ -61,6 +61,11 @@ b_tensor_scale=None) -> uint32 [M, N]``
 ``reblock(scales, codes, *, fmt, profile, axis) -> (scales, codes)``
 ``decompose(src, *, src_dtype, fmt, profile) -> (components uint64 [R, 3, L], flags uint8)``
     float64 bits of denominator x (scale, dead, grid) and the flag bits of golden/README.md.
+``macroblock(src, *, src_dtype, fmt, profile, macro, macro_scale_dtype) -> (macro_scale_bits
+uint32 [R, M], scales, codes)``, ``outlier_fallback(src, *, src_dtype, fmt, profile, rule) ->
+(flagged uint8 [R, nb], scales, codes, residual uint16 bf16 bits)``,
+``quantize_4over6(src[T, R, C], *, src_dtype, profile) -> (scales, codes, tensor_scale,
+choice uint8 [T, R, C/16])``: the corrections of mxref.corrections (macro 0 = the row).
 
 ``profile`` is the name of a profile in :data:`mxref.PROFILES`. A backend that implements one
 fixed behaviour (a third-party stack) may ignore it: ``verify`` only asks a backend for the
@@ -78,7 +83,8 @@ from ..errors import MXRefError
 CORE_OPS = ("quantize_mx", "quantize_mx_tensor", "quantize_nvfp4", "convert", "dequantize",
             "pack")
 EXT_OPS = ("rotate", "quantize_rotated", "gemm", "quantize_mx_sr", "mxfp4_to_fp8",
-           "fp8_to_mxfp4", "reblock", "decompose", "rotated_gemm")
+           "fp8_to_mxfp4", "reblock", "decompose", "rotated_gemm", "macroblock",
+           "outlier_fallback", "quantize_4over6")
 GOLDEN_OPS = CORE_OPS + EXT_OPS
 
 

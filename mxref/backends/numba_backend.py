@@ -116,6 +116,28 @@ class NumbaBackend(Backend):
                          round_to=round_to, mode=mode, source_dtype=sd)
         return np.ascontiguousarray(r.y, np.float32).view(np.uint32)
 
+    def macroblock(self, src, *, src_dtype, fmt, profile, macro, macro_scale_dtype):
+        from ..corrections import quantize_macroblock
+        x, sd = _view(src, src_dtype)
+        mb = quantize_macroblock(x, fmt, profile, macro=macro or "row",
+                                 macro_scale_dtype=macro_scale_dtype, source_dtype=sd)
+        return mb.macro_scale_bits.astype(np.uint32), mb.scales, mb.codes
+
+    def outlier_fallback(self, src, *, src_dtype, fmt, profile, rule):
+        from ..corrections import quantize_outlier_fallback
+        x, sd = _view(src, src_dtype)
+        of = quantize_outlier_fallback(x, fmt, profile, rule=rule, source_dtype=sd)
+        return of.flagged.astype(np.uint8), of.mx.scales, of.mx.codes, of.residual_bits
+
+    def quantize_4over6(self, src, *, src_dtype, profile):
+        from ..corrections import quantize_nvfp4_4over6
+        outs = [quantize_nvfp4_4over6(_view(src[t], src_dtype)[0], profile,
+                                      source_dtype=_view(src[t], src_dtype)[1])
+                for t in range(src.shape[0])]
+        return (np.stack([o.scales for o in outs]), np.stack([o.codes for o in outs]),
+                np.array([np.float32(o.tensor_scale).view(np.uint32) for o in outs], np.uint32),
+                np.stack([np.asarray(o.meta["four_over_six"], np.uint8) for o in outs]))
+
     def quantize_mx_sr(self, src, rbits, *, src_dtype, fmt, profile, axis):
         from ..golden.suites_ext import sr_profile
         x, sd = _view(src, src_dtype)

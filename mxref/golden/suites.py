@@ -13,7 +13,8 @@ One file per (op x format x profile x source dtype x level). Ops:
 * ``pack``: codes -> packed bytes (FP4 nibbles, FP6 4-in-3), plus cuBLAS/AMD scale layouts.
 
 The ops built on the core (rotate, quantize_rotated, gemm, quantize_mx_sr, mxfp4_to_fp8,
-fp8_to_mxfp4, reblock, decompose, rotated_gemm) live in :mod:`.suites_ext` and are merged into OPS.
+fp8_to_mxfp4, reblock, decompose, rotated_gemm, macroblock, outlier_fallback,
+quantize_4over6) live in :mod:`.suites_ext` and are merged into OPS.
 """
 from __future__ import annotations
 
@@ -39,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # Sources whose bytes decide the goldens (the transitive generator; WebGPU CTS hashes.json idea)
 GENERATOR_SOURCES = ("_kernels.py", "formats.py", "profiles.py", "quantize.py", "inputs.py",
                      "layouts.py", "rotate.py", "gemm.py", "rotated_gemm.py", "fp8fp4.py",
-                     "decompose.py",
+                     "decompose.py", "corrections.py",
                      "golden/cases.py", "golden/suites.py", "golden/suites_ext.py",
                      "golden/store.py")
 

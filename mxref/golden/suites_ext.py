@@ -806,6 +806,150 @@ def build_rotated_gemm(spec, cross_check=True):
 
 
 # =============================================================================================
+# corrections: macro-block scaling, outlier fallback, Four-over-Six NVFP4
+# =============================================================================================
+MACRO_SIZES = (32, 128, 0)          # 0 = the whole row
+MACRO_DTYPES = ("float32", "bfloat16", "e4m3")
+
+
+def specs_macroblock(level):
+    return [_spec("macroblock", f, "ocp", s, level) for f in ("mxfp4", "mxfp8_e4m3")
+            for s in ("float32", "bfloat16")]
+
+
+def specs_outlier_fallback(level):
+    return [_spec("outlier_fallback", "mxfp4", "ocp", s, level) for s in ("float32", "bfloat16")]
+
+
+def specs_quantize_4over6(level):
+    return [_spec("quantize_4over6", "nvfp4", p, s, level) for p in ("ocp", "te_nvfp4")
+            for s in ("float32", "bfloat16")]
+
+
+def _correction_rows(spec, classes=("H2", "H3", "H5", "H6")):
+    """[ROW] fp32 rows: Gaussian, specials, subnormal, heavy-tailed (the rotation classes),
+    plus outlier rows (class O1: a few elements x 2^6..2^12 in some blocks)."""
+    rows = [(r[0], r[1]) for r in _rot_rows(spec.level, spec.op + spec.fmt, classes)
+            if r[3] == "none"]
+    rng = C._Rng(spec.op, spec.fmt, "O1")
+    for _ in range(1 if spec.level == 0 else 4):
+        v = rng.normal(ROW)
+        for b in rng.ints(0, ROW // 32, 3):
+            v[32 * b + rng.int(0, 32)] *= 2.0 ** rng.int(6, 13)
+        rows.append(("O1", _f32(v)))
+    return rows
+
+
+def build_macroblock(spec, cross_check=True):
+    from ..corrections import quantize_macroblock
+    fmt = FORMATS[spec.fmt]
+    rows = []
+    for i, (cls, b32) in enumerate(_correction_rows(spec)):
+        src = _to_src(b32, spec.src_dtype)
+        x, sd = _src_view(src, spec.src_dtype)
+        macro, dt = MACRO_SIZES[i % 3], MACRO_DTYPES[(i // 3) % 3]
+        mb = quantize_macroblock(x.reshape(1, ROW), spec.fmt, "ocp", macro=macro or "row",
+                                 macro_scale_dtype=dt, source_dtype=sd)
+        ms = np.zeros(ROW // 32, np.uint32)
+        ms[:mb.macro_scale_bits.size] = mb.macro_scale_bits.reshape(-1).astype(np.uint32)
+        rows.append((cls, src, macro, dt, mb.macro_scale_bits.size, ms, mb.scales.reshape(-1),
+                     mb.codes.reshape(-1)))
+    classes = [r[0] for r in rows]
+    cols = [
+        plain_column("case_id", _ids(spec, classes, [r[1] for r in rows],
+                                     [f"{r[2]}|{r[3]}" for r in rows])),
+        dict_column("class", classes),
+        plain_column("tags", [[f"macro{r[2] or 'row'}", r[3]] for r in rows]),
+        dict_column("check", ["bitexact"] * len(rows)),
+        plain_column("macro", np.array([r[2] for r in rows], np.uint32), {
+            "role": "input", "note": "elements per macro block; 0 = the whole row"}),
+        dict_column("macro_scale_dtype", [r[3] for r in rows], {"role": "input"}),
+        tensor_column("src_bits", np.stack([r[1] for r in rows]), {
+            "dtype": spec.src_dtype, "encoding": "ieee754-bits", "role": "input",
+            "logical_shape": [ROW]}),
+        plain_column("n_macro", np.array([r[4] for r in rows], np.uint8), {"role": "expected"}),
+        tensor_column("exp_macro_scales", np.stack([r[5] for r in rows]), {
+            "role": "expected", "encoding": "macro_scale_dtype bits (fp32 / bf16 / e4m3 code) "
+            "in a uint32", "note": "first n_macro entries"}),
+        tensor_column("exp_scales", np.stack([r[6] for r in rows]), {"dtype": "e8m0",
+                                                                     "role": "expected"}),
+        tensor_column("exp_codes", np.stack([r[7] for r in rows]), {
+            "dtype": fmt.element.name, "encoding": "ocp-code", "role": "expected",
+            "logical_shape": [ROW]}),
+    ]
+    return cols, classes, {"contract": "docs/decompose.md section 5.1"}
+
+
+def build_outlier_fallback(spec, cross_check=True):
+    from ..corrections import quantize_outlier_fallback
+    rows = []
+    for i, (cls, b32) in enumerate(_correction_rows(spec)):
+        src = _to_src(b32, spec.src_dtype)
+        x, sd = _src_view(src, spec.src_dtype)
+        rule = ("block", "topk")[i % 2]
+        of = quantize_outlier_fallback(x.reshape(1, ROW), spec.fmt, "ocp", rule=rule,
+                                       source_dtype=sd)
+        rows.append((cls, src, rule, of.flagged.reshape(-1).astype(np.uint8),
+                     of.mx.scales.reshape(-1), of.mx.codes.reshape(-1),
+                     of.residual_bits.reshape(-1).astype(np.uint16)))
+    classes = [r[0] for r in rows]
+    cols = [
+        plain_column("case_id", _ids(spec, classes, [r[1] for r in rows], [r[2] for r in rows])),
+        dict_column("class", classes),
+        plain_column("tags", [[r[2]] for r in rows]),
+        dict_column("check", ["bitexact"] * len(rows)),
+        dict_column("rule", [r[2] for r in rows], {
+            "role": "input", "note": "tau = 10, rho = 8, k = 1 (corrections.py defaults)"}),
+        tensor_column("src_bits", np.stack([r[1] for r in rows]), {
+            "dtype": spec.src_dtype, "encoding": "ieee754-bits", "role": "input",
+            "logical_shape": [ROW]}),
+        tensor_column("exp_flagged", np.stack([r[3] for r in rows]), {"role": "expected",
+                                                                      "dtype": "bool"}),
+        tensor_column("exp_scales", np.stack([r[4] for r in rows]), {"dtype": "e8m0",
+                                                                     "role": "expected"}),
+        tensor_column("exp_codes", np.stack([r[5] for r in rows]), {
+            "dtype": "e2m1", "encoding": "ocp-code", "role": "expected", "logical_shape": [ROW]}),
+        tensor_column("exp_residual", np.stack([r[6] for r in rows]), {
+            "dtype": "bfloat16", "encoding": "ieee754-bits", "role": "expected",
+            "note": "passthrough elements in bf16 (RNE), 0 elsewhere", "logical_shape": [ROW]}),
+    ]
+    return cols, classes, {"contract": "docs/decompose.md section 5.2"}
+
+
+def build_quantize_4over6(spec, cross_check=True):
+    from ..corrections import quantize_nvfp4_4over6
+    cs = C.nvfp4_cases(spec.src_dtype, spec.level)
+    rows = []
+    for c in cs:
+        x, sd = _src_view(c.src.astype(np.uint32 if spec.src_dtype == "float32" else np.uint16),
+                          spec.src_dtype)
+        mx = quantize_nvfp4_4over6(x.reshape(4, 16), spec.profile, source_dtype=sd)
+        rows.append((c.cls, c.src, mx.scales.reshape(-1), mx.codes.reshape(-1),
+                     np.float32(mx.tensor_scale).view(np.uint32),
+                     np.asarray(mx.meta["four_over_six"]).reshape(-1).astype(np.uint8)))
+    classes = [r[0] for r in rows]
+    src = np.stack([r[1] for r in rows]).astype(np.uint32 if spec.src_dtype == "float32"
+                                                else np.uint16)
+    cols = [
+        plain_column("case_id", _ids(spec, classes, src)),
+        dict_column("class", classes),
+        plain_column("tags", [list(c.tags) for c in cs]),
+        dict_column("check", ["bitexact"] * len(rows)),
+        tensor_column("src_bits", src, {"dtype": spec.src_dtype, "encoding": "ieee754-bits",
+                                        "role": "input", "logical_shape": [4, 16]}),
+        tensor_column("exp_scales", np.stack([r[2] for r in rows]), {"dtype": "e4m3",
+                                                                     "role": "expected"}),
+        tensor_column("exp_codes", np.stack([r[3] for r in rows]), {
+            "dtype": "e2m1", "encoding": "ocp-code", "role": "expected", "logical_shape": [4, 16]}),
+        plain_column("exp_tensor_scale", np.array([r[4] for r in rows], np.uint32), {
+            "dtype": "float32", "role": "expected", "note": "bound 256: T = amax / (6 * 256)"}),
+        tensor_column("exp_choice", np.stack([r[5] for r in rows]), {
+            "role": "expected", "note": "4 or 6 per block (select = mse, ties -> 6)"}),
+    ]
+    return cols, classes, {"contract": "docs/decompose.md section 5.3"}
+
+
+# =============================================================================================
 EXT_OPS = {
     "rotate": (specs_rotate, build_rotate),
     "quantize_rotated": (specs_quantize_rotated, build_quantize_rotated),
@@ -816,4 +960,7 @@ EXT_OPS = {
     "reblock": (specs_reblock, build_reblock),
     "decompose": (specs_decompose, build_decompose),
     "rotated_gemm": (specs_rotated_gemm, build_rotated_gemm),
+    "macroblock": (specs_macroblock, build_macroblock),
+    "outlier_fallback": (specs_outlier_fallback, build_outlier_fallback),
+    "quantize_4over6": (specs_quantize_4over6, build_quantize_4over6),
 }

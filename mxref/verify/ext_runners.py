@@ -427,7 +427,85 @@ def run_decompose(backend, t, res, rows, profile):
     cmp.field("flags", flags, fl, detail=_bits_detail(flags, fl, 2))
 
 
+# ---- corrections -----------------------------------------------------------------------------
+def _check_fields(res, rows, pairs):
+    cmp = _Compare(res, rows)
+    for name, exp, act in pairs:
+        e, a = exp.reshape(len(rows), -1), act.reshape(len(rows), -1)
+        w = {1: 2, 2: 4}.get(e.dtype.itemsize, 8)
+        cmp.field(name, e, a, detail=_bits_detail(e, a, w))
+
+
+def run_macroblock(backend, t, res, rows, profile):
+    gf = res.gf
+    src = column_numpy(t, "src_bits")
+    macro, dt = column_numpy(t, "macro").astype(int), column_numpy(t, "macro_scale_dtype")
+    nm = column_numpy(t, "n_macro").astype(int)
+    ems, es, ec = (column_numpy(t, c) for c in ("exp_macro_scales", "exp_scales", "exp_codes"))
+    for (m, d), idx in _groups([(int(macro[r]), str(dt[r])) for r in rows]):
+        rr = rows[idx]
+        k = int(nm[rr[0]])
+
+        def go(rr=rr, m=m, d=d, k=k):
+            ms, s, c = backend.macroblock(np.ascontiguousarray(src[rr]), src_dtype=gf.src_dtype,
+                                          fmt=gf.fmt, profile=profile, macro=m,
+                                          macro_scale_dtype=d)
+            return (_as_array(np.asarray(ms).astype(np.uint32), "macro scales", (len(rr), k),
+                              np.uint32),
+                    _as_array(s, "scales", es[rr].shape, np.uint8),
+                    _as_array(c, "codes", ec[rr].shape, np.uint8))
+        out = _call(res, rr, go)
+        if out is not None:
+            ms, s, c = out
+            _check_fields(res, rr, [("macro_scale", ems[rr, :k], ms), ("scale", es[rr], s),
+                                    ("elems", ec[rr], c)])
+
+
+def run_outlier_fallback(backend, t, res, rows, profile):
+    gf = res.gf
+    src, rule = column_numpy(t, "src_bits"), column_numpy(t, "rule")
+    ef, es, ec, er = (column_numpy(t, c) for c in ("exp_flagged", "exp_scales", "exp_codes",
+                                                   "exp_residual"))
+    for rl, idx in _groups([str(rule[r]) for r in rows]):
+        rr = rows[idx]
+
+        def go(rr=rr, rl=rl):
+            f, s, c, r = backend.outlier_fallback(np.ascontiguousarray(src[rr]),
+                                                  src_dtype=gf.src_dtype, fmt=gf.fmt,
+                                                  profile=profile, rule=rl)
+            return (_as_array(np.asarray(f).astype(np.uint8), "flagged", ef[rr].shape, np.uint8),
+                    _as_array(s, "scales", es[rr].shape, np.uint8),
+                    _as_array(c, "codes", ec[rr].shape, np.uint8),
+                    _as_array(r, "residual", er[rr].shape, np.uint16))
+        out = _call(res, rr, go)
+        if out is not None:
+            f, s, c, r = out
+            _check_fields(res, rr, [("flagged", ef[rr], f), ("scale", es[rr], s),
+                                    ("elems", ec[rr], c), ("residual", er[rr], r)])
+
+
+def run_quantize_4over6(backend, t, res, rows, profile):
+    gf = res.gf
+    src = np.ascontiguousarray(column_numpy(t, "src_bits")[rows]).reshape(len(rows), 4, 16)
+    es, ec, et, ech = (column_numpy(t, c)[rows] for c in ("exp_scales", "exp_codes",
+                                                          "exp_tensor_scale", "exp_choice"))
+
+    def go():
+        s, c, ts, ch = backend.quantize_4over6(src, src_dtype=gf.src_dtype, profile=profile)
+        return (_as_array(s, "scales", (len(rows), 4, 1), np.uint8),
+                _as_array(c, "codes", src.shape, np.uint8),
+                _as_array(ts, "tensor_scale", (len(rows),), np.uint32),
+                _as_array(np.asarray(ch).astype(np.uint8), "choice", (len(rows), 4, 1), np.uint8))
+    out = _call(res, rows, go)
+    if out is not None:
+        s, c, ts, ch = out
+        _check_fields(res, rows, [("scale", es, s), ("elems", ec, c),
+                                  ("tensor_scale", et, ts), ("choice", ech, ch)])
+
+
 EXT_RUNNERS = {"rotate": run_rotate, "quantize_rotated": run_quantize_rotated, "gemm": run_gemm,
                "quantize_mx_sr": run_quantize_mx_sr, "mxfp4_to_fp8": run_mxfp4_to_fp8,
                "fp8_to_mxfp4": run_fp8_to_mxfp4, "reblock": run_reblock,
-               "decompose": run_decompose, "rotated_gemm": run_rotated_gemm}
+               "decompose": run_decompose, "rotated_gemm": run_rotated_gemm,
+               "macroblock": run_macroblock, "outlier_fallback": run_outlier_fallback,
+               "quantize_4over6": run_quantize_4over6}
