@@ -131,9 +131,8 @@ class NumbaBackend(Backend):
 
     def quantize_4over6(self, src, *, src_dtype, profile):
         from ..corrections import quantize_nvfp4_4over6
-        outs = [quantize_nvfp4_4over6(_view(src[t], src_dtype)[0], profile,
-                                      source_dtype=_view(src[t], src_dtype)[1])
-                for t in range(src.shape[0])]
+        x, sd = _view(src, src_dtype)
+        outs = [quantize_nvfp4_4over6(x[t], profile, source_dtype=sd) for t in range(x.shape[0])]
         return (np.stack([o.scales for o in outs]), np.stack([o.codes for o in outs]),
                 np.array([np.float32(o.tensor_scale).view(np.uint32) for o in outs], np.uint32),
                 np.stack([np.asarray(o.meta["four_over_six"], np.uint8) for o in outs]))

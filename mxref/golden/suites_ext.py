@@ -50,6 +50,14 @@ def _ids(spec, classes, inputs, extra=None):
     return _case_ids(spec, classes, inputs, extra)
 
 
+def _head(spec, classes, inputs, *, tags, extra=None, check=None) -> list:
+    """The columns every golden file starts with: case_id, class, tags, check."""
+    return [plain_column("case_id", _ids(spec, classes, inputs, extra)),
+            dict_column("class", classes),
+            plain_column("tags", tags),
+            dict_column("check", check if check is not None else ["bitexact"] * len(classes))]
+
+
 def _f32(x) -> np.ndarray:
     """float64 -> float32 bits, one correctly rounded conversion (numpy's astype is RNE)."""
     return np.asarray(x, np.float64).astype(np.float32).view(np.uint32)
@@ -149,11 +157,9 @@ def build_rotate(spec, cross_check=True):
     f32 = {"dtype": "float32", "encoding": "ieee754-bits", "role": "expected",
            "logical_shape": [ROW]}
     cols = [
-        plain_column("case_id", _ids(spec, classes, src, [f"{r[2]}|{r[3]}|{r[4]}|{r[5]}|{r[6]}"
-                                                          for r in rows])),
-        dict_column("class", classes),
-        plain_column("tags", [[r[3], f"n{r[2]}"] for r in rows]),
-        dict_column("check", ["bitexact"] * len(rows)),
+        *_head(spec, classes, src,
+               tags=[[r[3], f"n{r[2]}"] for r in rows],
+               extra=[f"{r[2]}|{r[3]}|{r[4]}|{r[5]}|{r[6]}" for r in rows]),
         plain_column("n", np.array([r[2] for r in rows], np.uint16), {"role": "input"}),
         dict_column("sign_kind", [r[3] for r in rows], {"role": "input"}),
         plain_column("seed", np.array([r[4] for r in rows], np.uint64), {"role": "input"}),
@@ -212,11 +218,9 @@ def build_quantize_rotated(spec, cross_check=True):
     code_meta = {"dtype": fmt.element.name, "encoding": "ocp-code", "packing": "unpacked",
                  "role": "expected", "logical_shape": [ROW]}
     cols = [
-        plain_column("case_id", _ids(spec, classes, src, [f"{r[2]}|{r[3]}|{r[4]}|{rt}"
-                                                          for r, rt in zip(rows, round_to)])),
-        dict_column("class", classes),
-        plain_column("tags", [[r[3], f"n{r[2]}", rt] for r, rt in zip(rows, round_to)]),
-        dict_column("check", ["bitexact"] * len(rows)),
+        *_head(spec, classes, src,
+               tags=[[r[3], f"n{r[2]}", rt] for r, rt in zip(rows, round_to)],
+               extra=[f"{r[2]}|{r[3]}|{r[4]}|{rt}" for r, rt in zip(rows, round_to)]),
         plain_column("n", np.array([r[2] for r in rows], np.uint16), {"role": "input"}),
         dict_column("sign_kind", [r[3] for r in rows], {"role": "input"}),
         dict_column("round_to", round_to, {"role": "input"}),
@@ -343,10 +347,9 @@ def build_gemm(spec, cross_check=True):
     inputs = [np.concatenate([d[0].codes.reshape(-1), d[0].scales.reshape(-1),
                               d[1].codes.reshape(-1), d[1].scales.reshape(-1)]) for d in data]
     cols = [
-        plain_column("case_id", _ids(spec, classes, inputs, [str(s) for s in shapes])),
-        dict_column("class", classes),
-        plain_column("tags", [[f"{m}x{n}x{k}"] for m, n, k in shapes]),
-        dict_column("check", ["bitexact"] * len(classes)),
+        *_head(spec, classes, inputs,
+               tags=[[f"{m}x{n}x{k}"] for m, n, k in shapes],
+               extra=[str(s) for s in shapes]),
         plain_column("m", np.array([s[0] for s in shapes], np.uint32), {"role": "input"}),
         plain_column("n", np.array([s[1] for s in shapes], np.uint32), {"role": "input"}),
         plain_column("k", np.array([s[2] for s in shapes], np.uint32), {"role": "input"}),
@@ -436,10 +439,10 @@ def build_quantize_mx_sr(spec, cross_check=True):
     classes = [r[0] for r in rows]
     src = np.stack([r[1] for r in rows])
     cols = [
-        plain_column("case_id", _ids(spec, classes, src, [r[2].tobytes().hex() for r in rows])),
-        dict_column("class", classes),
-        plain_column("tags", [[] for _ in rows]),
-        dict_column("check", ["scale_only" if r[5] == 0xFF else "bitexact" for r in rows]),
+        *_head(spec, classes, src,
+               tags=[[] for _ in rows],
+               extra=[r[2].tobytes().hex() for r in rows],
+               check=["scale_only" if r[5] == 0xFF else "bitexact" for r in rows]),
         tensor_column("src_bits", src, {"dtype": spec.src_dtype, "encoding": "ieee754-bits",
                                         "role": "input", "logical_shape": [32]}),
         tensor_column("rbits", np.stack([r[2] for r in rows]), {
@@ -458,9 +461,8 @@ def build_quantize_mx_sr(spec, cross_check=True):
 
 
 def _bits_to_f32(bits16: np.ndarray, sd: str) -> np.ndarray:
-    if sd == "bfloat16":
-        return (bits16.astype(np.uint32) << np.uint32(16)).view(np.float32)
-    return bits16.view(np.float16).astype(np.float32)
+    from ..inputs import as_f32_bits
+    return as_f32_bits(bits16, source_dtype=sd)[0].view(np.float32)
 
 
 # =============================================================================================
@@ -528,11 +530,9 @@ def build_mxfp4_to_fp8(spec, cross_check=True):
                 rows.append((cls, codes, scales, g, ng, f8.codes.reshape(-1), gsc, gex))
     classes = [r[0] for r in rows]
     cols = [
-        plain_column("case_id", _ids(spec, classes, [np.concatenate([r[1], r[2]]) for r in rows],
-                                     [r[3] for r in rows])),
-        dict_column("class", classes),
-        plain_column("tags", [[f"group{r[3] or 'row'}"] for r in rows]),
-        dict_column("check", ["bitexact"] * len(rows)),
+        *_head(spec, classes, [np.concatenate([r[1], r[2]]) for r in rows],
+               tags=[[f"group{r[3] or 'row'}"] for r in rows],
+               extra=[r[3] for r in rows]),
         plain_column("group", np.array([r[3] for r in rows], np.uint32), {
             "role": "input", "note": "elements per group along the row; 0 = the whole row"}),
         tensor_column("codes", np.stack([r[1] for r in rows]), {"dtype": "e2m1", "role": "input",
@@ -574,10 +574,8 @@ def build_fp8_to_mxfp4(spec, cross_check=True):
             rows.append((cls, codes, gs, mx.scales.reshape(-1), mx.codes.reshape(-1)))
     classes = [r[0] for r in rows]
     cols = [
-        plain_column("case_id", _ids(spec, classes, [np.concatenate([r[1], r[2]]) for r in rows])),
-        dict_column("class", classes),
-        plain_column("tags", [[] for _ in rows]),
-        dict_column("check", ["bitexact"] * len(rows)),
+        *_head(spec, classes, [np.concatenate([r[1], r[2]]) for r in rows],
+               tags=[[] for _ in rows]),
         tensor_column("codes", np.stack([r[1] for r in rows]), {"dtype": "e4m3", "role": "input",
                       "encoding": "ocp-code", "logical_shape": [ROW]}),
         tensor_column("group_scales", np.stack([r[2] for r in rows]), {
@@ -616,12 +614,9 @@ def build_reblock(spec, cross_check=True):
     cm = {"dtype": el.name, "encoding": "ocp-code", "packing": "unpacked",
           "logical_shape": list(RB_SHAPE)}
     cols = [
-        plain_column("case_id", _ids(spec, classes, [np.concatenate([r[1].reshape(-1),
-                                                                     r[2].reshape(-1)])
-                                                     for r in rows])),
-        dict_column("class", classes),
-        plain_column("tags", [[] for _ in rows]),
-        dict_column("check", ["bitexact"] * len(rows)),
+        *_head(spec, classes, [np.concatenate([r[1].reshape(-1), r[2].reshape(-1)])
+                               for r in rows],
+               tags=[[] for _ in rows]),
         tensor_column("codes_axis1", np.stack([r[1] for r in rows]), {**cm, "role": "input"}),
         tensor_column("scales_axis1", np.stack([r[2] for r in rows]), {"dtype": "e8m0",
                                                                        "role": "input"}),
@@ -687,10 +682,8 @@ def build_decompose(spec, cross_check=True):
     f64 = {"dtype": "float64", "encoding": "ieee754-bits", "role": "expected",
            "logical_shape": [L], "scaled_by": "denominator (odd part of the element max)"}
     cols = [
-        plain_column("case_id", _ids(spec, classes, src)),
-        dict_column("class", classes),
-        plain_column("tags", [list(c.tags) for c in cs]),
-        dict_column("check", ["bitexact"] * len(rows)),
+        *_head(spec, classes, src,
+               tags=[list(c.tags) for c in cs]),
         tensor_column("src_bits", src, {"dtype": spec.src_dtype, "encoding": "ieee754-bits",
                                         "role": "input", "logical_shape": list(shape)}),
         plain_column("denominator", np.array([r[5] for r in rows], np.uint16), {"role": "expected"}),
@@ -776,13 +769,10 @@ def build_rotated_gemm(spec, cross_check=True):
            "logical_shape": [m, n]}
     src_meta = {"dtype": spec.src_dtype, "encoding": "ieee754-bits", "role": "input"}
     cols = [
-        plain_column("case_id", _ids(spec, classes, [np.concatenate([r[1].reshape(-1),
-                                                                     r[2].reshape(-1)])
-                                                     for r in rows],
-                                     [f"{r[3]}|{r[4]}|{r[6]}" for r in rows])),
-        dict_column("class", classes),
-        plain_column("tags", [[r[4], f"n{r[3]}", r[6]] for r in rows]),
-        dict_column("check", ["bitexact"] * len(rows)),
+        *_head(spec, classes, [np.concatenate([r[1].reshape(-1), r[2].reshape(-1)])
+                               for r in rows],
+               tags=[[r[4], f"n{r[3]}", r[6]] for r in rows],
+               extra=[f"{r[3]}|{r[4]}|{r[6]}" for r in rows]),
         plain_column("n", np.array([r[3] for r in rows], np.uint16), {"role": "input"}),
         dict_column("sign_kind", [r[4] for r in rows], {"role": "input"}),
         dict_column("round_to", [r[6] for r in rows], {"role": "input"}),
@@ -856,11 +846,9 @@ def build_macroblock(spec, cross_check=True):
                      mb.codes.reshape(-1)))
     classes = [r[0] for r in rows]
     cols = [
-        plain_column("case_id", _ids(spec, classes, [r[1] for r in rows],
-                                     [f"{r[2]}|{r[3]}" for r in rows])),
-        dict_column("class", classes),
-        plain_column("tags", [[f"macro{r[2] or 'row'}", r[3]] for r in rows]),
-        dict_column("check", ["bitexact"] * len(rows)),
+        *_head(spec, classes, [r[1] for r in rows],
+               tags=[[f"macro{r[2] or 'row'}", r[3]] for r in rows],
+               extra=[f"{r[2]}|{r[3]}" for r in rows]),
         plain_column("macro", np.array([r[2] for r in rows], np.uint32), {
             "role": "input", "note": "elements per macro block; 0 = the whole row"}),
         dict_column("macro_scale_dtype", [r[3] for r in rows], {"role": "input"}),
@@ -894,10 +882,9 @@ def build_outlier_fallback(spec, cross_check=True):
                      of.residual_bits.reshape(-1).astype(np.uint16)))
     classes = [r[0] for r in rows]
     cols = [
-        plain_column("case_id", _ids(spec, classes, [r[1] for r in rows], [r[2] for r in rows])),
-        dict_column("class", classes),
-        plain_column("tags", [[r[2]] for r in rows]),
-        dict_column("check", ["bitexact"] * len(rows)),
+        *_head(spec, classes, [r[1] for r in rows],
+               tags=[[r[2]] for r in rows],
+               extra=[r[2] for r in rows]),
         dict_column("rule", [r[2] for r in rows], {
             "role": "input", "note": "tau = 10, rho = 8, k = 1 (corrections.py defaults)"}),
         tensor_column("src_bits", np.stack([r[1] for r in rows]), {
@@ -931,10 +918,8 @@ def build_quantize_4over6(spec, cross_check=True):
     src = np.stack([r[1] for r in rows]).astype(np.uint32 if spec.src_dtype == "float32"
                                                 else np.uint16)
     cols = [
-        plain_column("case_id", _ids(spec, classes, src)),
-        dict_column("class", classes),
-        plain_column("tags", [list(c.tags) for c in cs]),
-        dict_column("check", ["bitexact"] * len(rows)),
+        *_head(spec, classes, src,
+               tags=[list(c.tags) for c in cs]),
         tensor_column("src_bits", src, {"dtype": spec.src_dtype, "encoding": "ieee754-bits",
                                         "role": "input", "logical_shape": [4, 16]}),
         tensor_column("exp_scales", np.stack([r[2] for r in rows]), {"dtype": "e4m3",

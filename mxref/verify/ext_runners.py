@@ -17,7 +17,7 @@ from ..backends.base import Unsupported
 from ..formats import FORMATS
 from ..golden.store import column_numpy
 from . import records as R
-from .engine import SKIPPED, _as_array, _call, _Compare
+from .engine import SKIPPED, _as_array, _call, _Compare, _logical_shape
 
 ROTATE_VARIANTS = (("butterfly", "float32", "exp_butterfly"), ("exact", "float32", "exp_exact"),
                    ("butterfly", "bfloat16", "exp_butterfly_bf16"))
@@ -263,8 +263,8 @@ def run_rotated_gemm(backend, t, res, rows, profile):
     fa, fb = gf.fmt.split("+")
     contract = _gemm_contract(backend, res)
     x, w = column_numpy(t, "x_bits"), column_numpy(t, "w_bits")
-    m, k = _logical(t, "x_bits")
-    nrows = _logical(t, "w_bits")[0]
+    m, k = _logical_shape(t, "x_bits")
+    nrows = _logical_shape(t, "w_bits")[0]
     n = column_numpy(t, "n").astype(int)
     signs, rt = column_numpy(t, "signs"), column_numpy(t, "round_to")
     ex, seq = column_numpy(t, "exp_exact"), column_numpy(t, "exp_block_sequential")
@@ -288,10 +288,6 @@ def run_rotated_gemm(backend, t, res, rows, profile):
                       bound[r].reshape(m, nrows), contract, ulps)
     _ulp_stats(res, ulps)
 
-
-def _logical(t, name):
-    import json
-    return tuple(json.loads(t.schema.field(name).metadata[b"mxref.logical_shape"]))
 
 
 # ---- quantize_mx_sr --------------------------------------------------------------------------
