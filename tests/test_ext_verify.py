@@ -180,3 +180,30 @@ def test_decomposition_identity_holds_bit_exactly_on_every_golden():
                 assert Fraction(float(tot[r, i])) == want, (gf.relpath, r, i)
                 checked += 1
     assert checked > 10_000
+
+
+# ---- every new runner can fail: one flipped bit in the backend's first output ----------------
+def _corrupting(op):
+    """The reference with the lowest bit of the first element of op's first output flipped."""
+    method = op                       # the protocol method is named after the golden op
+
+    def flip(a):
+        a = np.array(a, copy=True)
+        if a.size:
+            a.reshape(-1)[0] ^= a.dtype.type(1)
+        return a
+
+    def wrapped(self, *args, **kw):
+        out = getattr(NumbaBackend, method)(self, *args, **kw)
+        return (flip(out[0]),) + tuple(out[1:]) if isinstance(out, tuple) else flip(out)
+    return type(f"Corrupt_{op}", (NumbaBackend,), {"name": f"corrupt-{op}", method: wrapped})
+
+
+@pytest.mark.parametrize("op", EXT_OPS)
+def test_each_new_runner_catches_a_single_flipped_bit(op):
+    assert set(EXT_OPS) == {"rotate", "quantize_rotated", "gemm", "rotated_gemm",
+                            "quantize_mx_sr", "mxfp4_to_fp8", "fp8_to_mxfp4", "reblock",
+                            "decompose", "macroblock", "outlier_fallback", "quantize_4over6"}
+    rep = verify(_corrupting(op)(), ops=[op], levels=(0,))
+    s = rep.doc["summary"]
+    assert rep.exit_code == 1 and s["mismatched_cases"] > 0, s
