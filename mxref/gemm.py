@@ -207,7 +207,7 @@ def _decode_operand(name, codes, scales, fmt, block_size, tensor_scale) -> _Oper
     if fmt.is_nvfp4:                                  # E4M3 block scale r * 2^-9
         sq, skind, sneg, sbase, _ = _element_table("e4m3")
         bnan = skind[scales] != KIND_FINITE
-        bmul = np.where(sneg[scales], -sq[scales], sq[scales])
+        bmul = sq[scales].copy()                     # magnitude: the sign goes into neg
         bmul[bnan] = 0
         bexp = np.zeros(scales.shape, dtype=np.int64)
         base += sbase

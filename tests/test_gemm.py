@@ -825,3 +825,19 @@ def test_blocks_bound_uses_signed_block_sums():
     assert G.gemm(A, B)[0, 0] == 0
     assert elements[0, 0] > 2.0 ** -12                   # gamma_64 * (2 + 2 * 2^14)
     assert blocks[0, 0] < 2.0 ** -145                    # only underflow and ulp(0)/2 terms
+
+
+def test_nvfp4_negative_block_scale_sign_is_applied_once():
+    """A negative E4M3 block scale flips the sign of its block once (found by the GEMM kernel
+    tests: the decoder applied it twice). Expected values from Fractions."""
+    from fractions import Fraction
+    from mxref.gemm import gemm_codes
+    a = np.full((1, 16), 2, np.uint8)                 # E2M1 1.0
+    b = np.array([[2, 3] * 8], np.uint8)              # 1.0, 1.5
+    for sa, sb, want in ((0xB8, 0x38, -20), (0xB8, 0xC0, 40), (0x38, 0x38, 20)):
+        # E4M3 0x38 = 1, 0xB8 = -1, 0xC0 = -2; sum of 8 x 1 + 8 x 1.5 = 20
+        for mode in ("exact", "block_sequential"):
+            y = gemm_codes(a, np.array([[sa]], np.uint8), "nvfp4", b,
+                           np.array([[sb]], np.uint8), "nvfp4", a_tensor_scale=np.float32(1),
+                           b_tensor_scale=np.float32(1), mode=mode)
+            assert Fraction(float(y[0, 0])) == want, (hex(sa), hex(sb), mode, y)
