@@ -1,0 +1,548 @@
+"""mxkernels/triton_gemm.py in the Triton interpreter (and on CUDA where present), held to
+mxref.gemm: bit for bit against gemm_codes(mode="block_sequential") for the pairs whose
+contract is block_sequential, within gemm_error_bound (via the exact product) otherwise.
+Expected values come from mxref (and its Fraction-checked reference), never from the kernels.
+"""
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+triton = pytest.importorskip("triton")
+
+from mxref.formats import ELEMENT_FORMATS
+from mxref.gemm import check_gemm, gemm_codes, gemm_error_bound_codes
+
+pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")   # interpreter: Inf/NaN math
+ROOT = Path(__file__).resolve().parents[1]
+INTERP = os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true", "on", "yes")
+BS = {"nvfp4": 16}
+BITS = {"mxfp4": 4, "nvfp4": 4, "mxfp6_e2m3": 6, "mxfp6_e3m2": 6, "mxfp8_e4m3": 8,
+        "mxfp8_e5m2": 8, "mxint8": 8}
+EXACT_PAIRS = [("mxfp4", "mxfp4"), ("mxfp6_e2m3", "mxfp4"), ("mxfp6_e3m2", "mxfp6_e3m2"),
+               ("mxint8", "mxfp6_e3m2"), ("mxfp4", "mxint8"), ("nvfp4", "nvfp4")]
+BOUND_PAIRS = [("mxfp8_e4m3", "mxfp4"), ("mxfp8_e5m2", "mxfp8_e4m3"), ("mxfp4", "mxfp8_e5m2")]
+
+
+@pytest.fixture(scope="module")
+def g():
+    from mxref.backends.triton_backend import load_kernels
+    return load_kernels(True)["triton_gemm"]
+
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(scope="module", params=DEVICES)
+def gd(request):
+    """(module, device): interpreted kernels on CPU, compiled ones on CUDA."""
+    from mxref.backends.triton_backend import load_kernels
+    if request.param == "cuda":
+        if INTERP:
+            pytest.skip("TRITON_INTERPRET=1")
+        return load_kernels(False)["triton_gemm"], "cuda"
+    return load_kernels(True)["triton_gemm"], "cpu"
+
+
+def _bs(fmt):
+    return BS.get(fmt, 32)
+
+
+def rand_operand(rng, fmt, rows, k, scale_pool=None, lo=112, hi=142):
+    codes = rng.integers(0, 1 << BITS[fmt], (rows, k), dtype=np.uint8)
+    nb = -(-k // _bs(fmt))
+    if fmt == "nvfp4":   # E4M3 scales of both signs (NaN codes 0x7F/0xFF excluded)
+        scales = rng.integers(0, 0x7F, (rows, nb), dtype=np.uint8) | \
+            (rng.integers(0, 2, (rows, nb), dtype=np.uint8) << 7)
+    elif scale_pool is not None:
+        scales = rng.choice(np.array(scale_pool, dtype=np.uint8), (rows, nb))
+    else:
+        scales = rng.integers(lo, hi, (rows, nb), dtype=np.uint8)
+    return codes, scales
+
+
+def run(g, dev, ac, asc, fa, bc, bsc, fb, **kw):
+    t = lambda x: torch.from_numpy(np.ascontiguousarray(x)).to(dev)
+    ts = {k: (torch.tensor(np.float32(v)).to(dev) if v is not None else None)
+          for k, v in kw.pop("ts", {}).items()}
+    y = g.mx_gemm(t(asc), t(ac), t(bsc), t(bc), fa, fb, **ts, **kw)
+    assert y.dtype == torch.float32 and y.device.type == dev
+    return y.cpu().numpy()
+
+
+def assert_bits(y, ref):
+    yb, rb = y.view(np.uint32), np.asarray(ref, np.float32).view(np.uint32)
+    # NaN payloads are not part of the contract
+    ok = (yb == rb) | (np.isnan(y) & np.isnan(ref))
+    if not ok.all():
+        i = np.argwhere(~ok)[:5]
+        raise AssertionError(f"{(~ok).sum()} of {ok.size} differ; first at {i.tolist()}: "
+                             f"kernel {[hex(yb[tuple(j)]) for j in i]} "
+                             f"ref {[hex(rb[tuple(j)]) for j in i]}")
+
+
+def blockseq_ref(ac, asc, fa, bc, bsc, fb, ts=None):
+    ts = ts or {}
+    return gemm_codes(ac, asc, fa, bc, bsc, fb, mode="block_sequential",
+                      **{k: (None if v is None else np.float32(v)) for k, v in ts.items()})
+
+
+# ---- E2M1 -> E4M3 ---------------------------------------------------------------------------
+def _e4m3_code_of(value) -> int:
+    """The E4M3 code of an exact value, found through mxref's decoder (independent table)."""
+    e4 = ELEMENT_FORMATS["e4m3"]
+    for c in range(256):
+        v = e4.decode(c)
+        if not isinstance(v, float) and v == value and (c >> 7) == (value < 0):
+            return c
+    raise AssertionError(value)
+
+
+def _expected_e4m3(codes):
+    e2 = ELEMENT_FORMATS["e2m1"]
+    table = []
+    for c in range(16):
+        v = e2.decode(c)
+        table.append(0x80 if c == 8 else _e4m3_code_of(v))   # -0 -> E4M3 -0
+    return np.array(table, np.uint8)[codes]
+
+
+@pytest.mark.parametrize("k", [1, 16, 33, 101])
+def test_mxfp4_to_e4m3_every_code(gd, k):
+    g, dev = gd
+    rng = np.random.default_rng(k)
+    codes = rng.integers(0, 16, (7, k), dtype=np.uint8)
+    codes.reshape(-1)[:16] = np.arange(16)[: codes.size]
+    exp = _expected_e4m3(codes)
+    out = g.mxfp4_to_e4m3(torch.from_numpy(codes).to(dev)).cpu().numpy()
+    np.testing.assert_array_equal(out, exp)
+    # packed: element 0 in the low nibble, odd K padded
+    pad = np.pad(codes, ((0, 0), (0, k % 2)))
+    packed = (pad[:, 0::2] | (pad[:, 1::2] << 4)).astype(np.uint8)
+    out = g.mxfp4_to_e4m3(torch.from_numpy(packed).to(dev), packed=True, k=k).cpu().numpy()
+    np.testing.assert_array_equal(out, exp)
+
+
+def test_mxfp4_to_e4m3_refuses(g):
+    with pytest.raises(g.KernelUnsupported, match="4 bits"):
+        g.mxfp4_to_e4m3(torch.full((2, 3), 16, dtype=torch.uint8))
+    with pytest.raises(g.KernelUnsupported, match="uint8"):
+        g.mxfp4_to_e4m3(torch.zeros((2, 3), dtype=torch.int32))
+    with pytest.raises(g.KernelUnsupported, match="k="):
+        g.mxfp4_to_e4m3(torch.zeros((2, 3), dtype=torch.uint8), packed=True, k=9)
+    assert g.mxfp4_to_e4m3(torch.zeros((0, 5), dtype=torch.uint8)).shape == (0, 5)
+
+
+# ---- bit-exact block_sequential -------------------------------------------------------------
+EDGE_POOL = [0x00, 0x01, 0x02, 0x03, 0x10, 0x40, 0x7F, 0x80, 0xC0, 0xF0, 0xF4, 0xF5, 0xFD, 0xFE]
+
+
+@pytest.mark.parametrize("fa,fb", EXACT_PAIRS)
+def test_block_sequential_random(gd, fa, fb):
+    g, dev = gd
+    rng = np.random.default_rng(hash((fa, fb)) % 2**32)
+    M, N, K = 70, 37, 200                          # ragged M, N (tiles of 32/64) and K
+    ac, asc = rand_operand(rng, fa, M, K)
+    bc, bsc = rand_operand(rng, fb, N, K)
+    ts = {"a_tensor_scale": 0.375, "b_tensor_scale": 5.0} if fa == "nvfp4" else {}
+    y = run(g, dev, ac, asc, fa, bc, bsc, fb, ts=ts, block_m=32, block_n=16, group_m=2)
+    assert_bits(y, blockseq_ref(ac, asc, fa, bc, bsc, fb, ts))
+
+
+def edge_operands(fa, fb, M=48, N=40, K=96, seed=7):
+    rng = np.random.default_rng(seed)
+    ac, asc = rand_operand(rng, fa, M, K, EDGE_POOL + [0xFF])
+    bc, bsc = rand_operand(rng, fb, N, K, EDGE_POOL)
+    bsc[3, 1] = 0xFF
+    asc[:4] = rng.choice(np.array([0, 1, 2, 3], np.uint8), asc[:4].shape)   # subnormal rows
+    bsc[4:8] = rng.choice(np.array([100, 110, 120, 127], np.uint8), bsc[4:8].shape)
+    return ac, asc, bc, bsc
+
+
+@pytest.mark.parametrize("fa,fb", [p for p in EXACT_PAIRS if p[0] != "nvfp4"])
+def test_block_sequential_scale_edges(gd, fa, fb):
+    """Scale bytes 0x00 (2^-127), 0x01..0x03, 0xF4..0xFE, 0xFF (NaN): products that overflow
+    fp32, land in its subnormals or underflow to zero; both scaling branches of the kernel."""
+    g, dev = gd
+    ac, asc, bc, bsc = edge_operands(fa, fb)
+    y = run(g, dev, ac, asc, fa, bc, bsc, fb)
+    ref = blockseq_ref(ac, asc, fa, bc, bsc, fb)
+    assert np.isnan(ref).any() and np.isinf(ref).any()
+    fin = np.abs(ref[np.isfinite(ref)])
+    assert ((fin > 0) & (fin < 2.0 ** -126)).any()          # subnormal results present
+    assert_bits(y, ref)
+
+
+def test_block_sequential_mxfp4_crafted(gd):
+    """Block sums that land exactly on fp32 subnormals / round, overflow by one binade, zero
+    and -0 blocks (every product -0), 0x00 against 0xFE, NaN scale against zero codes."""
+    g, dev = gd
+    K = 128
+    ac = np.zeros((8, K), np.uint8)
+    bc = np.zeros((4, K), np.uint8)
+    asc = np.full((8, 4), 127, np.uint8)
+    bsc = np.full((4, 4), 127, np.uint8)
+    ac[0, :] = 0x7; bc[0, :] = 0x7                 # 6 * 6 * 32 = 1152 per block
+    asc[0] = [0xFE, 0xFE, 0x01, 0x00]; bsc[0] = [0xFE, 0x80, 0x01, 0xFE]
+    ac[1, :32] = 0x1; ac[1, 32:] = 0x9             # +-0.5
+    asc[1] = [0x00, 0x01, 0x05, 0x7F]
+    ac[2, :] = 0x8                                 # -0 everywhere: every product -0
+    ac[3, 5] = 0x3                                 # 1.5 * 2^-127 * 2^-127 ... underflow
+    asc[3] = [0x00, 0x00, 0x00, 0x00]
+    ac[4, :] = 0x7; asc[4, 2] = 0xFF               # NaN block against zeros
+    ac[5, :] = 0x1; asc[5] = [0x00, 0x01, 0x16, 0x17]   # 2^-150 .. ties at the subnormal edge
+    ac[6, :] = 0x2; asc[6] = [0xFE, 0xFE, 0xFE, 0xFE]   # overflow then Inf + finite
+    bc[1, :] = 0x1; bsc[1] = [0x01, 0x01, 0x01, 0x01]
+    bc[2, :] = 0xF; bsc[2] = [0x00, 0xFE, 0x00, 0xFE]   # -6: Inf - Inf across blocks
+    bc[3, :] = 0x8                                 # -0
+    y = run(g, dev, ac, asc, "mxfp4", bc, bsc, "mxfp4")
+    ref = blockseq_ref(ac, asc, "mxfp4", bc, bsc, "mxfp4")
+    assert_bits(y, ref)
+    assert not np.signbit(ref[2]).any()            # +0: acc starts at +0
+
+
+@pytest.mark.parametrize("shape", [(0, 5, 64), (5, 0, 64), (3, 4, 0), (0, 0, 0), (1, 1, 1),
+                                   (17, 3, 31), (3, 17, 33)])
+@pytest.mark.parametrize("fa", ["mxfp4", "nvfp4", "mxfp6_e2m3"])
+def test_block_sequential_shapes(gd, shape, fa):
+    g, dev = gd
+    M, N, K = shape
+    rng = np.random.default_rng(M * 100 + N * 10 + K)
+    ac, asc = rand_operand(rng, fa, M, K)
+    bc, bsc = rand_operand(rng, fa, N, K)
+    ts = {"a_tensor_scale": -2.0, "b_tensor_scale": 0.5} if fa == "nvfp4" else {}
+    y = run(g, dev, ac, asc, fa, bc, bsc, fa, ts=ts)
+    assert y.shape == (M, N)
+    assert_bits(y, blockseq_ref(ac, asc, fa, bc, bsc, fa, ts))
+
+
+@pytest.mark.parametrize("ts", [(np.nan, 1.0), (np.inf, 1.0), (-np.inf, 0.5), (0.0, 1.0),
+                                (-0.0, 2.0), (2.0 ** -140, 2.0 ** -10), (3e38, 4.0),
+                                (0.1, 0.3)])
+def test_nvfp4_tensor_scales_and_nan_scales(gd, ts):
+    g, dev = gd
+    rng = np.random.default_rng(3)
+    M, N, K = 9, 6, 48
+    ac, asc = rand_operand(rng, "nvfp4", M, K)
+    bc, bsc = rand_operand(rng, "nvfp4", N, K)
+    asc[1, 2] = 0x7F
+    bsc[2, 0] = 0xFF
+    asc[3, :] = 0                                  # zero scales
+    d = {"a_tensor_scale": ts[0], "b_tensor_scale": ts[1]}
+    y = run(g, dev, ac, asc, "nvfp4", bc, bsc, "nvfp4", ts=d)
+    assert_bits(y, blockseq_ref(ac, asc, "nvfp4", bc, bsc, "nvfp4", d))
+
+
+def test_nvfp4_negative_scale_sign(g):
+    a = np.full((1, 16), 2, np.uint8)
+    b = np.full((1, 16), 2, np.uint8)
+    sa = np.full((1, 1), 0xB8, np.uint8)           # E4M3 -1.0
+    sb = np.full((1, 1), 0x38, np.uint8)
+    y = run(g, "cpu", a, sa, "nvfp4", b, sb, "nvfp4")
+    assert y[0, 0] == -16.0
+    assert_bits(y, blockseq_ref(a, sa, "nvfp4", b, sb, "nvfp4"))
+
+
+def test_packed_operands(gd):
+    g, dev = gd
+    rng = np.random.default_rng(11)
+    for fmt, K in (("mxfp4", 65), ("nvfp4", 48)):
+        ac, asc = rand_operand(rng, fmt, 20, K)
+        bc, bsc = rand_operand(rng, fmt, 12, K)
+
+        def pack(c):
+            p = np.pad(c, ((0, 0), (0, c.shape[1] % 2)))
+            return (p[:, 0::2] | (p[:, 1::2] << 4)).astype(np.uint8)
+        ref = blockseq_ref(ac, asc, fmt, bc, bsc, fmt)
+        assert_bits(run(g, dev, pack(ac), asc, fmt, pack(bc), bsc, fmt, packed=True, k=K), ref)
+        y = run(g, dev, pack(ac), asc, fmt, pack(bc), bsc, fmt, packed=True, k=K, mode="fast")
+        assert check_gemm_codes(y, ac, asc, fmt, bc, bsc, fmt)
+
+
+def test_prepared_matches(gd):
+    g, dev = gd
+    rng = np.random.default_rng(5)
+    ac, asc = rand_operand(rng, "mxfp4", 33, 96, EDGE_POOL)
+    bc, bsc = rand_operand(rng, "mxfp4", 18, 96, EDGE_POOL)
+    t = lambda x: torch.from_numpy(x).to(dev)
+    a8, b8 = g.mxfp4_to_e4m3(t(ac)), g.mxfp4_to_e4m3(t(bc))
+    y = g.mx_gemm_prepared(t(asc), a8, t(bsc), b8).cpu().numpy()
+    assert_bits(y, blockseq_ref(ac, asc, "mxfp4", bc, bsc, "mxfp4"))
+
+
+# ---- bound kernels --------------------------------------------------------------------------
+def check_gemm_codes(y, ac, asc, fa, bc, bsc, fb, ts=None):
+    """y within mxref's error bound of the exact product: NaN where it is NaN; where the bound
+    is +inf any value, NaN included (verify's allow_nan_where_unbounded rule)."""
+    ts = {k: np.float32(v) for k, v in (ts or {}).items()}
+    exact = gemm_codes(ac, asc, fa, bc, bsc, fb, mode="exact", **ts)
+    bound = gemm_error_bound_codes(ac, asc, fa, bc, bsc, fb, exact=exact, **ts)
+    y64, e64 = y.astype(np.float64), exact.astype(np.float64)
+    nan_e, nan_y = np.isnan(e64), np.isnan(y64)
+    with np.errstate(invalid="ignore"):
+        ok = np.where(nan_e, nan_y, np.isinf(bound) | (~nan_y & (
+            (y64 == e64) | (np.abs(y64 - e64) <= bound))))
+    if not ok.all():
+        i = np.argwhere(~ok)[:3].tolist()
+        raise AssertionError(f"{(~ok).sum()} outside the bound at {i}: "
+                             f"{[(y[tuple(j)], exact[tuple(j)], bound[tuple(j)]) for j in i]}")
+    return True
+
+
+@pytest.mark.parametrize("fa,fb", BOUND_PAIRS + EXACT_PAIRS)
+@pytest.mark.parametrize("pool", ["moderate", "edges"])
+def test_fast_within_bound(gd, fa, fb, pool):
+    g, dev = gd
+    rng = np.random.default_rng(hash((fa, fb, pool)) % 2**32)
+    M, N, K = 40, 24, 160
+    sp = EDGE_POOL + [0xFF] if pool == "edges" else None
+    ac, asc = rand_operand(rng, fa, M, K, sp)
+    bc, bsc = rand_operand(rng, fb, N, K, sp)
+    ts = {"a_tensor_scale": 0.375, "b_tensor_scale": 5.0} if fa == "nvfp4" else {}
+    y = run(g, dev, ac, asc, fa, bc, bsc, fb, ts=ts, mode="fast", block_k=64)
+    assert check_gemm_codes(y, ac, asc, fa, bc, bsc, fb, ts)
+
+
+def test_fast_check_gemm_api(g):
+    """The same through mxref.check_gemm on MXTensors from mxref.quantize."""
+    import mxref
+    rng = np.random.default_rng(2)
+    a = mxref.quantize(rng.standard_normal((16, 96)).astype(np.float32), "mxfp8_e4m3", axis=1)
+    b = mxref.quantize(rng.standard_normal((8, 96)).astype(np.float32), "mxfp4", axis=1)
+    y = run(g, "cpu", a.codes, a.scales, "mxfp8_e4m3", b.codes, b.scales, "mxfp4", mode="fast")
+    assert check_gemm(y, a, b).ok
+
+
+@pytest.mark.parametrize("fa,fb", BOUND_PAIRS)
+def test_block_sequential_refused_for_bound_pairs(g, fa, fb):
+    assert g.gemm_contract(fa, fb) == "bound"
+    z = torch.zeros((2, 32), dtype=torch.uint8)
+    s = torch.full((2, 1), 127, dtype=torch.uint8)
+    with pytest.raises(g.KernelUnsupported, match="block_sequential"):
+        g.mx_gemm(s, z, s, z, fa, fb)
+
+
+def test_contracts(g):
+    for fa, fb in EXACT_PAIRS:
+        assert g.gemm_contract(fa, fb) == "block_sequential"
+    with pytest.raises(g.KernelUnsupported):
+        g.gemm_contract("nvfp4", "mxfp4")
+
+
+# ---- bad input ------------------------------------------------------------------------------
+def test_bad_input(g):
+    u8 = lambda *s: torch.zeros(s, dtype=torch.uint8)
+    s127 = lambda r, c: torch.full((r, c), 127, dtype=torch.uint8)
+    KU = g.KernelUnsupported
+    with pytest.raises(KU, match="uint8"):
+        g.mx_gemm(s127(2, 1), torch.zeros((2, 32), dtype=torch.int32), s127(2, 1), u8(2, 32),
+                  "mxfp4", "mxfp4")
+    with pytest.raises(KU, match="scales shape"):
+        g.mx_gemm(s127(2, 2), u8(2, 32), s127(2, 1), u8(2, 32), "mxfp4", "mxfp4")
+    with pytest.raises(KU, match="K mismatch"):
+        g.mx_gemm(s127(2, 1), u8(2, 32), s127(2, 1), u8(2, 31), "mxfp4", "mxfp4")
+    with pytest.raises(KU, match="element code"):
+        g.mx_gemm(s127(2, 1), torch.full((2, 32), 16, dtype=torch.uint8), s127(2, 1),
+                  u8(2, 32), "mxfp4", "mxfp4", mode="fast")
+    with pytest.raises(KU, match="element code"):
+        g.mx_gemm(s127(2, 1), torch.full((2, 32), 64, dtype=torch.uint8), s127(2, 1),
+                  u8(2, 32), "mxfp6_e2m3", "mxfp4")
+    with pytest.raises(KU, match="tensor scale"):
+        g.mx_gemm(s127(2, 1), u8(2, 32), s127(2, 1), u8(2, 32), "mxfp4", "mxfp4",
+                  a_tensor_scale=1.0)
+    with pytest.raises(KU, match="fp32"):
+        g.mx_gemm(s127(2, 2), u8(2, 32), s127(2, 2), u8(2, 32), "nvfp4", "nvfp4",
+                  a_tensor_scale=0.1)
+    with pytest.raises(KU, match="NVFP4 x MX"):
+        g.mx_gemm(s127(2, 2), u8(2, 32), s127(2, 1), u8(2, 32), "nvfp4", "mxfp4")
+    with pytest.raises(KU, match="packed"):
+        g.mx_gemm(s127(2, 1), u8(2, 24), s127(2, 1), u8(2, 24), "mxfp6_e2m3", "mxfp4",
+                  packed=True, mode="fast")
+    with pytest.raises(KU, match="format"):
+        g.mx_gemm(s127(2, 1), u8(2, 32), s127(2, 1), u8(2, 32), "mxfp3", "mxfp4")
+    with pytest.raises(KU, match="mode"):
+        g.mx_gemm(s127(2, 1), u8(2, 32), s127(2, 1), u8(2, 32), "mxfp4", "mxfp4", mode="x")
+    with pytest.raises(KU, match="power of two"):
+        g.mx_gemm(s127(2, 1), u8(2, 32), s127(2, 1), u8(2, 32), "mxfp4", "mxfp4", block_m=48)
+    # non-contiguous operands are copied, not misread
+    rng = np.random.default_rng(0)
+    ac, asc = rand_operand(rng, "mxfp4", 4, 64)
+    bc, bsc = rand_operand(rng, "mxfp4", 4, 64)
+    at = torch.from_numpy(np.ascontiguousarray(ac.T)).t()
+    assert not at.is_contiguous()
+    y = g.mx_gemm(torch.from_numpy(asc), at, torch.from_numpy(bsc), torch.from_numpy(bc),
+                  "mxfp4", "mxfp4").numpy()
+    assert_bits(y, blockseq_ref(ac, asc, "mxfp4", bc, bsc, "mxfp4"))
+
+
+# ---- golden corpus --------------------------------------------------------------------------
+def _golden_files():
+    files = sorted(glob.glob(str(ROOT / "golden" / "L0" / "gemm" / "*.arrow")))
+    keep = {"mxfp4+mxfp4", "nvfp4+nvfp4", "mxfp6_e3m2+mxint8", "mxint8+mxfp4",
+            "mxfp6_e2m3+mxfp6_e3m2", "mxfp8_e5m2+mxfp8_e5m2", "mxfp4+mxfp8_e4m3"}
+    files += [f for f in sorted(glob.glob(str(ROOT / "golden" / "L1" / "gemm" / "*.arrow")))
+              if os.path.basename(f).split("__")[0] in keep]
+    return files
+
+
+@pytest.mark.parametrize("path", _golden_files(), ids=lambda p: "/".join(Path(p).parts[-3::2]))
+def test_golden(g, path):
+    from mxref.golden.store import read_golden
+    t = read_golden(path)
+    fa, fb = os.path.basename(path).split("__")[0].split("+")
+    contract = g.gemm_contract(fa, fb)
+    cols = {c: t.column(c).to_pylist() for c in t.column_names}
+    n_checked = 0
+    for r in range(t.num_rows):
+        M, N, K = cols["m"][r], cols["n"][r], cols["k"][r]
+        ac = np.array(cols["a_codes"][r], np.uint8).reshape(M, K)
+        asc = np.array(cols["a_scales"][r], np.uint8).reshape(M, -(-K // _bs(fa)))
+        bc = np.array(cols["b_codes"][r], np.uint8).reshape(N, K)
+        bsc = np.array(cols["b_scales"][r], np.uint8).reshape(N, -(-K // _bs(fb)))
+        ts = {}
+        if fa == "nvfp4":
+            ts = {k: np.uint32(cols[k][r]).view(np.float32) for k in
+                  ("a_tensor_scale", "b_tensor_scale")}
+        mode = "block_sequential" if contract == "block_sequential" else "fast"
+        y = run(g, "cpu", ac, asc, fa, bc, bsc, fb, ts=ts, mode=mode)
+        if mode == "block_sequential":
+            exp = np.array(cols["exp_block_sequential"][r], np.uint32).view(np.float32)
+            assert_bits(y.reshape(-1), exp)
+        else:
+            exact = np.array(cols["exp_exact"][r], np.uint32).view(np.float32).reshape(M, N)
+            bound = np.array(cols["exp_bound"][r], np.uint64).view(np.float64).reshape(M, N)
+            y64, e64 = y.astype(np.float64), exact.astype(np.float64)
+            with np.errstate(invalid="ignore"):
+                ok = np.where(np.isnan(e64), np.isnan(y64), np.isinf(bound) | (
+                    ~np.isnan(y64) & ((y64 == e64) | (np.abs(y64 - e64) <= bound))))
+            assert ok.all(), (r, y[~ok], exact[~ok], bound[~ok])
+        n_checked += 1
+    assert n_checked == t.num_rows
+
+
+# ---- the tests catch planted bugs ------------------------------------------------------------
+def _planted_zero_scale(g):
+    """Scale byte 0x00 decoded as zero (the Hopper tl.dot_scaled behaviour): the codes of such
+    blocks are zeroed before the real kernel runs."""
+    def gemm(a_scales, a_codes, b_scales, b_codes, fa, fb, **kw):
+        def zero(c, s):
+            blk = (s == 0).repeat_interleave(32, dim=1)[:, : c.shape[1]]
+            return torch.where(blk, torch.zeros_like(c), c)
+        return g.mx_gemm(a_scales, zero(a_codes, a_scales), b_scales, zero(b_codes, b_scales),
+                         fa, fb, **kw)
+    return gemm
+
+
+def _planted_ftz(g):
+    """fp32 subnormal results flushed to zero (an FTZ build)."""
+    def gemm(*args, **kw):
+        y = g.mx_gemm(*args, **kw)
+        tiny = (y.abs() < 2.0 ** -126) & (y != 0)
+        return torch.where(tiny, torch.zeros_like(y), y)
+    return gemm
+
+
+@pytest.mark.parametrize("plant", [_planted_zero_scale, _planted_ftz])
+def test_planted_bugs_are_caught(g, plant):
+    rng = np.random.default_rng(7)
+    M, N, K = 48, 40, 96
+    ac, asc, bc, bsc = edge_operands("mxfp4", "mxfp4", M, N, K)
+    bad = plant(g)
+    t = torch.from_numpy
+    y = bad(t(asc), t(ac), t(bsc), t(bc), "mxfp4", "mxfp4").numpy()
+    ref = blockseq_ref(ac, asc, "mxfp4", bc, bsc, "mxfp4")
+    with pytest.raises(AssertionError):
+        assert_bits(y, ref)
+    # ... while moderate random scales alone would not have shown it
+    ac, asc = rand_operand(rng, "mxfp4", M, K)
+    bc, bsc = rand_operand(rng, "mxfp4", N, K)
+    y = bad(t(asc), t(ac), t(bsc), t(bc), "mxfp4", "mxfp4").numpy()
+    assert_bits(y, blockseq_ref(ac, asc, "mxfp4", bc, bsc, "mxfp4"))
+
+
+# ---- tl.dot_scaled peer ---------------------------------------------------------------------
+def test_dot_scaled_peer_runs(g):
+    if not hasattr(triton.language, "dot_scaled"):
+        with pytest.raises(g.KernelUnsupported):
+            g.dot_scaled_gemm(*(torch.zeros((1, 1), dtype=torch.uint8),) * 4)
+        return
+    rng = np.random.default_rng(4)
+    ac, asc = rand_operand(rng, "mxfp4", 16, 128, lo=120, hi=134)
+    bc, bsc = rand_operand(rng, "mxfp4", 16, 128, lo=120, hi=134)
+    pack = lambda c: torch.from_numpy((c[:, 0::2] | (c[:, 1::2] << 4)).astype(np.uint8))
+    y = g.dot_scaled_gemm(torch.from_numpy(asc), pack(ac), torch.from_numpy(bsc), pack(bc))
+    assert check_gemm_codes(y.numpy(), ac, asc, "mxfp4", bc, bsc, "mxfp4")
+    with pytest.raises(g.KernelUnsupported, match="block_k"):
+        g.dot_scaled_gemm(torch.from_numpy(asc[:, :1]), pack(ac[:, :32]),
+                          torch.from_numpy(bsc[:, :1]), pack(bc[:, :32]))
+
+
+# ---- ahead-of-time compilation (no GPU needed) ----------------------------------------------
+AOT_TARGETS = {"sm_90": ("nvidia", ("cuda", 90, 32)), "gfx942": ("amd", ("hip", "gfx942", 64)),
+               "gfx950": ("amd", ("hip", "gfx950", 64))}
+
+
+def _aot_specs():
+    from mxkernels import triton_gemm
+    return [s[0] for s in triton_gemm.aot_specs()]
+
+
+@pytest.fixture(scope="module")
+def compiled_gemm(tmp_path_factory):
+    if INTERP:
+        pytest.skip("TRITON_INTERPRET=1: kernels cannot be compiled in this process")
+    prev = os.environ.get("TRITON_CACHE_DIR")
+    os.environ["TRITON_CACHE_DIR"] = str(tmp_path_factory.mktemp("triton_cache_gemm"))
+    from mxref.backends.triton_backend import load_kernels
+    yield load_kernels(False)["triton_gemm"]
+    if prev is None:
+        os.environ.pop("TRITON_CACHE_DIR", None)
+    else:
+        os.environ["TRITON_CACHE_DIR"] = prev
+
+
+def _missing(vendor):
+    try:
+        from triton.backends import backends
+    except ImportError as e:
+        return str(e)
+    if vendor not in backends:
+        return f"no {vendor} backend in triton {triton.__version__}"
+    if vendor == "nvidia":
+        bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+        if not (os.environ.get("TRITON_PTXAS_PATH") or bundled.exists() or shutil.which("ptxas")):
+            return "no ptxas"
+    return None
+
+
+@pytest.mark.filterwarnings("ignore:TRITON_DEFAULT_FP_FUSION is unset")
+@pytest.mark.parametrize("target", list(AOT_TARGETS))
+@pytest.mark.parametrize("spec_id", _aot_specs())
+def test_aot_compiles(compiled_gemm, target, spec_id):
+    try:
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import ASTSource
+    except ImportError as e:
+        pytest.skip(f"no AOT API: {e}")
+    vendor, tgt = AOT_TARGETS[target]
+    why = _missing(vendor)
+    if why:
+        pytest.skip(why)
+    spec = {s[0]: s for s in compiled_gemm.aot_specs()}[spec_id]
+    _, fn, sig, ce = spec
+    assert type(fn).__name__ == "JITFunction"
+    out = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=ce), target=GPUTarget(*tgt),
+                         options={"enable_fp_fusion": False})
+    blob = out.asm["hsaco" if vendor == "amd" else "cubin"]
+    assert isinstance(blob, bytes) and blob[:4] == b"\x7fELF"
+
+
+def test_aot_specs_cover_every_kernel():
+    from mxkernels import triton_gemm
+    assert {s[1] for s in triton_gemm.aot_specs()} == set(triton_gemm.KERNELS.values())
