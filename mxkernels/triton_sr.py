@@ -1,0 +1,409 @@
+"""Stochastic-rounding MX quantization and the documented Philox stream, as Triton kernels.
+
+The rule (docs/semantics.md): an element whose exact scaled magnitude is ``n`` quanta rounds up
+iff ``f + r >= 2^32``, with ``f = floor(frac(n) * 2^32)`` (the fraction truncated to 32 bits)
+and ``r`` a uint32 word. The words come either from the caller (``rbits``, one per element) or
+from the stream of :func:`mxref.quantize.random_bits`: element ``i`` of the input in C order
+gets the first word of Philox4x32-10 with counter ``((offset + i) mod 2^32, 0, 0, 0)`` and key
+``(seed_lo, seed_hi)``, i.e. ``triton.language.randint(seed, offset + i)``. The Philox rounds
+are written out here (:func:`_philox_word0`), not taken from ``triton.language.random``, so
+the kernels run in the private interpreter copies the verify backend loads.
+
+Everything else (classification, shared exponent, NaN/Inf policies, overflow, signed zeros)
+is the generic MX quantization of :mod:`mxkernels.triton_quant`, whose helpers are reused;
+only the rounding step differs (:func:`_round_sig_sr`, integers only, as
+``mxref._kernels.round_magnitude`` in its stochastic branch).
+
+Kernels: :func:`random_bits_kernel`, :func:`mx_quantize_sr_kernel` (RB_MODE 0: rbits from
+memory; 1: Philox in-kernel). Launchers: :func:`random_bits`, :func:`quantize_sr`.
+NVFP4 stochastic rounding is not implemented here (KernelUnsupported).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from mxkernels.triton_quant import (KernelUnsupported, _as_bits, _auto_block_rows,
+                                    _block_size, _finish, _max_along, _normalize, _norm_axis,
+                                    _rows_view, _shared_exponent, _src_kind, _tile,
+                                    _widen_to_f32, element_constexprs, profile_constexprs)
+from mxref.formats import get_format
+from mxref.profiles import get_profile
+
+__all__ = ["random_bits", "quantize_sr", "sr_constexprs", "aot_specs", "KERNELS", "ARG_TYPES"]
+
+_INF: tl.constexpr = tl.constexpr(0x7F800000)
+_TWO32: tl.constexpr = tl.constexpr(4294967296)
+# Philox4x32 constants (Salmon et al. 2011; triton/language/random.py)
+_PHILOX_A: tl.constexpr = tl.constexpr(0xD2511F53)
+_PHILOX_B: tl.constexpr = tl.constexpr(0xCD9E8D57)
+_PHILOX_KA: tl.constexpr = tl.constexpr(0x9E3779B9)
+_PHILOX_KB: tl.constexpr = tl.constexpr(0xBB67AE85)
+
+
+# =========================================================================================
+# Philox4x32-10, first output word
+# =========================================================================================
+@triton.jit
+def _philox_word0(c0, k0, k1):
+    """First word of Philox4x32-10 on counter (c0, 0, 0, 0) with key (k0, k1): c0 a uint32
+    tensor, k0/k1 uint32 (scalars or tensors). Same rounds as triton.language.philox_impl."""
+    c1 = c0 * 0
+    c2 = c1
+    c3 = c1
+    k0 = c1 + k0                      # keys as tensors: wrap-around adds, never scalar warnings
+    k1 = c1 + k1
+    for _ in tl.static_range(10):
+        _c0 = c0
+        _c2 = c2
+        c0 = tl.umulhi(_c2, _PHILOX_B) ^ c1 ^ k0
+        c2 = tl.umulhi(_c0, _PHILOX_A) ^ c3 ^ k1
+        c1 = _c2 * _PHILOX_B
+        c3 = _c0 * _PHILOX_A
+        k0 = k0 + _PHILOX_KA
+        k1 = k1 + _PHILOX_KB
+    return c0
+
+
+@triton.jit
+def _u32(v):
+    """A scalar int32 argument as uint32 (bit cast). Added to a 0-d tensor first: Triton
+    specializes an int argument equal to 1 into a constexpr, which has no .to()."""
+    return (tl.full([], 0, tl.int32) + v).to(tl.uint32, bitcast=True)
+
+
+@triton.jit
+def random_bits_kernel(out_ptr, n, seed_lo, seed_hi, offset, BLOCK_N: tl.constexpr):
+    """out[i] = Philox4x32-10((offset + i) mod 2^32, 0, 0, 0; key (seed_lo, seed_hi)) word 0,
+    for i < n; seed_lo/seed_hi/offset are the uint32 bit patterns passed as int32."""
+    i = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
+    m = i < n
+    ctr = i.to(tl.uint32) + _u32(offset)
+    w = _philox_word0(ctr, _u32(seed_lo), _u32(seed_hi))
+    tl.store(out_ptr + i, w.to(tl.int32, bitcast=True), mask=m)
+
+
+# =========================================================================================
+# stochastic rounding of one element
+# =========================================================================================
+@triton.jit
+def _round_sig_sr(q, exp2, rb, MBITS: tl.constexpr, EMIN: tl.constexpr, BIAS: tl.constexpr,
+                  IS_INT: tl.constexpr):
+    """Stochastically round q * 2^exp2 (q: int32, a normalized 24-bit significand 2^23 <= q
+    < 2^24, or 0) onto the float grid (MBITS, EMIN, BIAS) or the fixed-point grid of quantum
+    2^-MBITS (IS_INT), with the uint32 word ``rb``: up iff floor(frac * 2^32) + rb >= 2^32.
+    Returns (magnitude code, 'certainly overflows'), as triton_quant._round_sig."""
+    e_true = 23 + exp2
+    if IS_INT:
+        r = -MBITS - exp2
+    else:
+        r = tl.maximum(e_true, EMIN) - MBITS - exp2
+    exact = r < 1                                    # no bit discarded
+    n = q >> tl.minimum(tl.maximum(r, 1), 25)        # >= 25 discards everything
+    # f = floor((q mod 2^r) * 2^32 / 2^r) in uint32: for r <= 32 the left shift by 32 - r
+    # drops the integer part by wrap-around; for r > 32 it is q >> (r - 32) (0 from r = 56)
+    qu = q.to(tl.uint32, bitcast=True)
+    f_lo = qu << tl.minimum(tl.maximum(32 - r, 0), 31).to(tl.uint32)
+    f_hi = qu >> tl.minimum(tl.maximum(r - 32, 0), 31).to(tl.uint32)
+    f = tl.where(r <= 32, f_lo, f_hi)
+    up = (f.to(tl.int64) + rb.to(tl.int64)) >= _TWO32
+    n = n + tl.where(up & (r >= 1), 1, 0)
+    if IS_INT:
+        code = n
+        huge = exact
+    else:
+        n = tl.where(exact, q << tl.maximum(-r, 0), n)
+        CAP: tl.constexpr = (1 << (31 - MBITS)) - 2 - BIAS
+        huge = e_true > CAP
+        code = ((tl.minimum(tl.maximum(e_true, EMIN), CAP) + (BIAS - 1)) << MBITS) + n
+    return code, huge
+
+
+@triton.jit
+def _encode_sr(b, s, rb, EL_IS_INT: tl.constexpr, EL_MBITS: tl.constexpr,
+               EL_EMIN: tl.constexpr, EL_BIAS: tl.constexpr, EL_MAXCODE: tl.constexpr,
+               EL_SIGNBIT: tl.constexpr, EL_NAN: tl.constexpr, EL_INF: tl.constexpr,
+               OVERFLOW: tl.constexpr, SIGNED_ZERO: tl.constexpr, FLUSH: tl.constexpr):
+    """Element code (int32) of fp32 bits ``b`` divided by 2^s, stochastically rounded with the
+    uint32 words ``rb`` (as triton_quant._encode with its rounding step replaced)."""
+    neg = (b >> 31) & 1
+    a = b & 0x7FFFFFFF
+    if FLUSH:
+        a = tl.where(a < 0x800000, 0, a)
+    sig, e = _normalize(a)
+    code, huge = _round_sig_sr(sig, e - 23 - s, rb, EL_MBITS, EL_EMIN, EL_BIAS, EL_IS_INT)
+    return _finish(code, huge, neg, a, EL_IS_INT, EL_MAXCODE, EL_SIGNBIT, EL_NAN, EL_INF,
+                   OVERFLOW, SIGNED_ZERO)
+
+
+# =========================================================================================
+# the SR MX quantize kernel
+# =========================================================================================
+@triton.jit
+def mx_quantize_sr_kernel(
+        x_ptr, rb_ptr, scale_ptr, code_ptr, n_rows, n_cols, n_blk, n_inner,
+        seed_lo, seed_hi, offset,
+        SRC: tl.constexpr, BLOCK: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+        RB_MODE: tl.constexpr,
+        EL_IS_INT: tl.constexpr, EL_MBITS: tl.constexpr, EL_EMIN: tl.constexpr,
+        EL_BIAS: tl.constexpr, EL_EMAX: tl.constexpr, EL_MAXCODE: tl.constexpr,
+        EL_SIGNBIT: tl.constexpr, EL_NAN: tl.constexpr, EL_INF: tl.constexpr,
+        EL_MAXSIG: tl.constexpr, EL_EVENTHR: tl.constexpr, EL_MAXF32: tl.constexpr,
+        SCALE_RULE: tl.constexpr, OVERFLOW: tl.constexpr,
+        NAN_POISON: tl.constexpr, INF_MODE: tl.constexpr, SIGNED_ZERO: tl.constexpr,
+        FLUSH: tl.constexpr, RCEIL_ANY_UP: tl.constexpr, SCALE_OVF_NAN: tl.constexpr,
+        ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr):
+    """MX block quantization with stochastic rounding of a contiguous [n_rows, n_cols]
+    bit-pattern array along axis 1 (the block axis moved last).
+
+    RB_MODE 0: the uint32 words come from rb_ptr ([n_rows, n_cols], same layout as x).
+    RB_MODE 1: they are generated: element (row, col) is element
+    i = ((row // n_inner) * n_cols + col) * n_inner + row % n_inner of the tensor before its
+    block axis was moved last (n_inner = product of the dimensions after the block axis),
+    and gets Philox word 0 of counter (offset + i) mod 2^32 under key (seed_lo, seed_hi).
+    """
+    g, g_ok, r, offs, m = _tile(n_rows, n_cols, n_blk, BLOCK, BLOCK_ROWS)
+    raw = tl.load(x_ptr + offs, mask=m, other=0)
+    b = _widen_to_f32(raw, SRC)
+    a = b & 0x7FFFFFFF
+    if FLUSH:
+        a = tl.where(a < 0x800000, 0, a)
+
+    fin = a < _INF
+    amax = _max_along(tl.where(fin, a, 0), 1)
+    has_nan = _max_along(tl.where(a > _INF, 1, 0), 1) > 0
+    has_inf = _max_along(tl.where(a == _INF, 1, 0), 1) > 0
+    if INF_MODE == 2:
+        amax = tl.where(has_inf, _INF, amax)
+    s = _shared_exponent(amax, EL_EMAX, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE,
+                         RCEIL_ANY_UP, RCEIL_LOG2)
+    nan_scale = g < 0
+    if INF_MODE == 0:
+        nan_scale = nan_scale | has_inf
+    if NAN_POISON:
+        nan_scale = nan_scale | has_nan
+    if SCALE_OVF_NAN:
+        nan_scale = nan_scale | (s > 127)
+    s = tl.minimum(tl.maximum(s, -127), 127)
+    if INF_MODE == 1:
+        s = tl.where(has_inf, 127, s)
+    byte = tl.where(nan_scale, 255, s + 127)
+    tl.store(scale_ptr + g, byte.to(tl.uint8), mask=g_ok)
+
+    # the random words
+    if RB_MODE == 0:
+        rb = tl.load(rb_ptr + offs, mask=m, other=0).to(tl.uint32, bitcast=True)
+    else:
+        # the launcher keeps n_rows * n_cols below 2^31 here: int32 index arithmetic
+        o = r // n_inner
+        k = r - o * n_inner
+        cols = (offs - r.to(tl.int64)[:, None] * n_cols).to(tl.int32)   # column in the row
+        idx = (o[:, None] * n_cols + cols) * n_inner + k[:, None]
+        ctr = idx.to(tl.uint32, bitcast=True) + _u32(offset)
+        rb = _philox_word0(ctr, _u32(seed_lo), _u32(seed_hi))
+
+    se = tl.where(s == -127, ZEXP, s)
+    code = _encode_sr(b, se[:, None], rb, EL_IS_INT, EL_MBITS, EL_EMIN, EL_BIAS, EL_MAXCODE,
+                      EL_SIGNBIT, EL_NAN, EL_INF, OVERFLOW, SIGNED_ZERO, FLUSH)
+    if EL_NAN >= 0:
+        fill = EL_NAN
+    else:
+        fill = 0
+    code = tl.where(nan_scale[:, None], fill, code)
+    tl.store(code_ptr + offs, code.to(tl.uint8), mask=m)
+
+
+# =========================================================================================
+# constexprs, signatures, AOT specs
+# =========================================================================================
+_SR_DROP = ("ROUNDING",)
+
+
+def _sr_base_profile(profile):
+    """The profile with stochastic rounding (a non-stochastic profile is turned into its SR
+    variant, as mxref.golden.suites_ext.sr_profile does)."""
+    pr = get_profile(profile)
+    if pr.rounding != "stochastic":
+        pr = pr.replace(name=f"{pr.name}+sr", rounding="stochastic")
+    return pr
+
+
+def sr_constexprs(fmt, profile="ocp", src_dtype="float32", rb_mode: int = 0,
+                  block_rows: int | None = None) -> dict:
+    """Every constexpr of :func:`mx_quantize_sr_kernel` for one format / profile (its SR
+    variant) / source dtype / random-word source (0: rbits, 1: seed)."""
+    f = get_format(fmt)
+    if f.is_nvfp4:
+        raise KernelUnsupported("stochastic rounding for nvfp4 is not implemented by the Triton "
+                                "kernels (MX formats only)")
+    pr = _sr_base_profile(profile)
+    pr.check_format(f)
+    pk = profile_constexprs(pr.replace(rounding="rne"))
+    for k in _SR_DROP:
+        pk.pop(k)
+    return {"SRC": _src_kind(src_dtype), "BLOCK": _block_size(f, pr),
+            "BLOCK_ROWS": block_rows or 64, "RB_MODE": int(rb_mode),
+            **element_constexprs(f), **pk}
+
+
+ARG_TYPES = {
+    "random_bits": {"out_ptr": "*i32", "n": "i32", "seed_lo": "i32", "seed_hi": "i32",
+                    "offset": "i32"},
+    "mx_quantize_sr": {"x_ptr": "SRC", "rb_ptr": "*i32", "scale_ptr": "*u8", "code_ptr": "*u8",
+                       "n_rows": "i32", "n_cols": "i32", "n_blk": "i32", "n_inner": "i32",
+                       "seed_lo": "i32", "seed_hi": "i32", "offset": "i32"},
+}
+
+
+def kernel_signature(kernel: str, src_dtype: str, constexprs: dict):
+    src = "*i32" if src_dtype == "float32" else "*i16"
+    types = {k: (src if v == "SRC" else v) for k, v in ARG_TYPES[kernel].items()}
+    types.update({k: "constexpr" for k in constexprs})
+    names = KERNELS[kernel].arg_names
+    if set(names) != set(types):
+        raise KeyError(f"{kernel}: arguments {sorted(set(names) ^ set(types))} are not "
+                       "described by ARG_TYPES / the constexprs")
+    return {k: types[k] for k in names}
+
+
+def aot_specs():
+    """(id, jitfn, signature, constexprs) for ahead-of-time compilation of every kernel."""
+    out = []
+    ce = {"BLOCK_N": 1024}
+    out.append(("random_bits", random_bits_kernel, kernel_signature("random_bits", "float32", ce),
+                ce))
+    for fmt, prof, sd, mode in (("mxfp4", "ocp", "bfloat16", 1),
+                                ("mxfp8_e4m3", "rceil", "float32", 0),
+                                ("mxint8", "ocp", "float16", 1),
+                                ("mxfp6_e3m2", "torchao_rceil", "float32", 0),
+                                ("mxfp8_e5m2", "te_mxfp8", "bfloat16", 1)):
+        ce = sr_constexprs(fmt, prof, sd, mode)
+        out.append((f"mx_quantize_sr-{fmt}-{prof}-{sd}-rb{mode}", mx_quantize_sr_kernel,
+                    kernel_signature("mx_quantize_sr", sd, ce), ce))
+    return out
+
+
+KERNELS = {"random_bits": random_bits_kernel, "mx_quantize_sr": mx_quantize_sr_kernel}
+
+INTERPRETED = type(mx_quantize_sr_kernel).__name__ == "InterpretedFunction"
+
+
+# =========================================================================================
+# launchers
+# =========================================================================================
+def _i32(v: int) -> int:
+    """A uint32 bit pattern as the int32 of the same bits (the kernels' scalar args)."""
+    v &= 0xFFFFFFFF
+    return v - (1 << 32) if v >= (1 << 31) else v
+
+
+def _seed_words(seed) -> tuple[int, int]:
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        try:
+            seed = int(seed)
+        except (TypeError, ValueError):
+            raise KernelUnsupported(f"seed must be an int, got {type(seed).__name__}") from None
+    s = seed & (2**64 - 1)
+    return _i32(s), _i32(s >> 32)
+
+
+def _offset_word(offset) -> int:
+    if isinstance(offset, bool):
+        raise KernelUnsupported("offset must be an int")
+    try:
+        return _i32(int(offset))
+    except (TypeError, ValueError):
+        raise KernelUnsupported(f"offset must be an int, got {type(offset).__name__}") from None
+
+
+def random_bits(n: int, *, seed: int, offset: int = 0, device="cpu", block_n: int | None = None,
+                num_warps: int = 4) -> torch.Tensor:
+    """The stochastic-rounding stream: int32 tensor [n] holding uint32 words, word i = first
+    word of Philox4x32-10((offset + i) mod 2^32, 0, 0, 0) with key (seed_lo, seed_hi) --
+    mxref.quantize.random_bits((n,), seed, offset), i.e. tl.randint(seed, offset + i)."""
+    n = int(n)
+    if n < 0:
+        raise KernelUnsupported(f"n must be >= 0, got {n}")
+    if n >= 2**31 - 2**16:
+        raise KernelUnsupported(f"n = {n}: generate below 2^31 words per call")
+    lo, hi = _seed_words(seed)
+    off = _offset_word(offset)
+    out = torch.empty(n, dtype=torch.int32, device=device)
+    if block_n is None:
+        block_n = min(65536, max(1024, triton.next_power_of_2(max(n, 1)))) if INTERPRETED \
+            else 1024
+    if block_n & (block_n - 1):
+        raise KernelUnsupported(f"block_n={block_n} is not a power of two")
+    if n:
+        random_bits_kernel[(triton.cdiv(n, block_n),)](out, n, lo, hi, off, BLOCK_N=block_n,
+                                                       num_warps=num_warps)
+    return out
+
+
+def _rbits_tensor(rbits, shape, device) -> torch.Tensor:
+    if not isinstance(rbits, torch.Tensor):
+        raise KernelUnsupported(f"rbits must be a torch tensor of uint32 words (uint32 or int32 "
+                                f"dtype), got {type(rbits).__name__}")
+    if rbits.dtype not in (torch.int32, getattr(torch, "uint32", torch.int32)):
+        raise KernelUnsupported(f"rbits must hold uint32 words as torch.uint32 or torch.int32, "
+                                f"got {rbits.dtype}")
+    if tuple(rbits.shape) != tuple(shape):
+        raise KernelUnsupported(f"rbits shape {tuple(rbits.shape)} must equal x's shape "
+                                f"{tuple(shape)}")
+    if rbits.device != device:
+        raise KernelUnsupported(f"rbits is on {rbits.device}, x on {device}")
+    return rbits.view(torch.int32)
+
+
+def quantize_sr(x: torch.Tensor, fmt: str, profile="ocp", axis: int = -1, *, rbits=None,
+                seed: int | None = None, offset: int = 0, src_dtype: str | None = None,
+                block_rows: int | None = None, num_warps: int = 4):
+    """MX quantization with stochastic rounding along ``axis``: (scales uint8, codes uint8).
+
+    ``profile``: a profile name or Profile; a non-stochastic one is used with its rounding
+    replaced by ``stochastic`` (``mxref.golden.suites_ext.sr_profile``), so the default is
+    ``ocp+sr``. Exactly one of ``rbits`` (uint32 words as a torch.uint32/int32 tensor of x's
+    shape, on x's device) or ``seed`` (the Philox stream of mxref.quantize.random_bits, element
+    i of x in C order taking word offset + i) must be given. Equal bit for bit to
+    ``mxref.quantize(x, fmt, sr_profile(profile), axis, rbits=..., seed=..., rng_offset=...)``.
+    """
+    if (rbits is None) == (seed is None):
+        raise KernelUnsupported("stochastic rounding needs exactly one of rbits (uint32 per "
+                                "element) or seed")
+    bits, src = _as_bits(x, src_dtype)
+    ce = sr_constexprs(fmt, profile, src, 0 if rbits is not None else 1)
+    pr = _sr_base_profile(profile)
+    ax = _norm_axis(axis, bits.ndim)
+    x2, moved = _rows_view(bits, ax)
+    rows, n = x2.shape
+    bs = ce["BLOCK"]
+    nblk = -(-n // bs)
+    if n % bs and pr.ragged == "error":
+        raise KernelUnsupported(f"length {n} is not a multiple of block size {bs} and profile "
+                                f"{pr.name!r} refuses ragged blocks")
+    if seed is not None and x2.numel() >= 2**31 - 2**16:
+        raise KernelUnsupported(f"{x2.numel()} elements in one seeded call: split below 2^31 "
+                                "(pass offset = the element index where each part starts)")
+    ce["BLOCK_ROWS"] = _auto_block_rows(rows * nblk, block_rows)
+    if INTERPRETED and block_rows is None:
+        ce["BLOCK_ROWS"] = min(ce["BLOCK_ROWS"], max(16, 16384 // bs))
+    inner = 1
+    for d in bits.shape[ax + 1:]:
+        inner *= d
+    if rbits is not None:
+        rb2, _ = _rows_view(_rbits_tensor(rbits, bits.shape, x.device), ax)
+        lo = hi = off = 0
+    else:
+        rb2 = x2                      # unused pointer (RB_MODE 1)
+        lo, hi = _seed_words(seed)
+        off = _offset_word(offset)
+    codes = torch.empty((rows, n), dtype=torch.uint8, device=x.device)
+    scales = torch.empty((rows, nblk), dtype=torch.uint8, device=x.device)
+    if rows * nblk:
+        grid = (triton.cdiv(rows * nblk, ce["BLOCK_ROWS"]),)
+        mx_quantize_sr_kernel[grid](x2, rb2, scales, codes, rows, n, nblk, max(inner, 1),
+                                    lo, hi, off, num_warps=num_warps, **ce)
+    codes = codes.reshape(moved).movedim(-1, ax).contiguous()
+    scales = scales.reshape(moved[:-1] + (nblk,)).movedim(-1, ax).contiguous()
+    return scales, codes
