@@ -51,7 +51,8 @@ Ops built on the core (EXT_OPS; row layouts in golden/README.md, contracts in do
 ``gemm(a_scales, a_codes, b_scales, b_codes, *, fmt_a, fmt_b, a_tensor_scale=None,
 b_tensor_scale=None) -> uint32 [M, N]``
     with the attribute ``gemm_contract``: "exact" or "block_sequential" (bit-exact against
-    that golden column) or "bound" (default; within the proven bound of the exact result).
+    that golden column) or "bound" (default; within the proven bound of the exact result), or
+    a callable ``(fmt_a, fmt_b) -> contract`` when it depends on the format pair.
 ``rotated_gemm(x, w, *, src_dtype, fmt_x, fmt_w, profile, n, signs, round_to) -> uint32``
 ``quantize_mx_sr(src, rbits, *, src_dtype, fmt, profile, axis) -> (scales, codes)``
     the profile with stochastic rounding and the given uint32 words; optional

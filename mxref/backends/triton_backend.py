@@ -32,18 +32,25 @@ from ..profiles import get_profile
 from .base import Backend, BackendUnavailable, Unsupported
 
 _KERNEL_MODULE = "mxkernels.triton_quant"
+# every kernel module, dependencies first (a later module imports @jit helpers from an earlier
+# one with ``from mxkernels.triton_quant import ...``; a private copy resolves those imports to
+# the private copies, see _private_copy)
+KERNEL_MODULES = ("mxkernels.triton_quant", "mxkernels.triton_fast", "mxkernels.triton_sr",
+                  "mxkernels.triton_rotate", "mxkernels.triton_convert", "mxkernels.triton_gemm")
 _TRUE = ("1", "true", "on", "yes")
 _LOCK = threading.Lock()
 _PRIVATE: dict = {}
 
 # Profiles whose every L0 and L1 golden file passes bit-exactly (tests/test_triton_backend.py,
 # in the interpreter; the same kernels compile for sm_90/gfx942/gfx950, tests/test_triton_aot.py).
-# Stochastic rounding is not implemented (no named profile uses it).
+# Stochastic rounding (op quantize_mx_sr: each profile with rounding="stochastic") is
+# mxkernels/triton_sr.py; no named profile uses it.
 _CLAIMED = ("ocp", "rceil", "microxcaling", "torchao_floor", "torchao_rceil", "torchao_ceil",
             "torchao_even", "triton_kernels_round_up", "triton_kernels_round_down",
             "triton_kernels_ties_up", "rocm_te_mxfp4", "te_mxfp8", "te_nvfp4", "torchao_nvfp4")
 _OPS = frozenset(("quantize_mx", "quantize_mx_tensor", "quantize_nvfp4", "convert", "dequantize",
-                  "pack"))
+                  "pack", "rotate", "quantize_rotated", "gemm", "rotated_gemm", "quantize_mx_sr",
+                  "mxfp4_to_fp8", "fp8_to_mxfp4", "reblock"))
 _SRC_NUMPY = {"float32": np.uint32, "bfloat16": np.uint16, "float16": np.uint16}
 
 
@@ -59,14 +66,38 @@ def _torch():
     return torch
 
 
-def load_kernels(interpret: bool):
-    """The kernel module with kernels decorated for ``interpret``.
+class KernelSet:
+    """The kernel modules of one kind (all compiled or all interpreted), as one namespace:
+    ``ks.mx_quantize`` is looked up in each module in KERNEL_MODULES order; ``ks.modules``
+    maps the short module name ("triton_quant", "triton_gemm", ...) to the module."""
 
-    Compiled kernels come from the canonical ``mxkernels.triton_quant`` unless it was imported
-    under TRITON_INTERPRET=1; interpreted kernels come from the canonical module only if it was
-    imported that way. Otherwise a private copy of the module is executed under the right
-    setting (and kept), so the canonical module is never turned into interpreted kernels
-    behind the back of other code in the process.
+    def __init__(self, modules: dict):
+        self.modules = modules
+
+    def __getattr__(self, name):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        for mod in self.modules.values():
+            if hasattr(mod, name):
+                return getattr(mod, name)
+        raise AttributeError(f"no kernel module defines {name!r}")
+
+    def __getitem__(self, short: str):
+        return self.modules[short]
+
+
+def _present(names=KERNEL_MODULES):
+    return tuple(n for n in names if importlib.util.find_spec(n) is not None)
+
+
+def load_kernels(interpret: bool) -> KernelSet:
+    """Every kernel module with kernels decorated for ``interpret``, as a :class:`KernelSet`.
+
+    Compiled kernels come from the canonical ``mxkernels.triton_*`` modules unless one was
+    imported under TRITON_INTERPRET=1; interpreted kernels come from the canonical modules
+    only if all were imported that way. Otherwise private copies of the modules are executed
+    under the right setting (and kept), so the canonical modules are never turned into
+    interpreted kernels behind the back of other code in the process.
     """
     with _LOCK:
         try:
@@ -74,51 +105,70 @@ def load_kernels(interpret: bool):
         except ImportError as e:
             raise BackendUnavailable(f"triton is not importable: {e}") from None
         try:
-            mod = sys.modules.get(_KERNEL_MODULE)
-            if mod is None and not interpret and not interpret_requested():
-                mod = importlib.import_module(_KERNEL_MODULE)
-            if mod is not None and _is_interpreted(mod) == interpret:
-                return mod
+            names = _present()
+            mods = {n: sys.modules.get(n) for n in names}
+            if not interpret and not interpret_requested():
+                mods = {n: m if m is not None else importlib.import_module(n)
+                        for n, m in mods.items()}
+            if all(m is not None and _is_interpreted(m) == interpret for m in mods.values()):
+                return KernelSet({n.rsplit(".", 1)[1]: m for n, m in mods.items()})
             if interpret not in _PRIVATE:
-                _PRIVATE[interpret] = _private_copy(interpret)
+                _PRIVATE[interpret] = _private_copy(interpret, names)
             return _PRIVATE[interpret]
         except BackendUnavailable:
             raise
         except Exception as e:  # noqa: BLE001 - any import failure means "cannot run here"
-            raise BackendUnavailable(f"cannot load {_KERNEL_MODULE}: {type(e).__name__}: {e}") \
+            raise BackendUnavailable(f"cannot load the kernel modules: {type(e).__name__}: {e}") \
                 from None
 
 
-def _private_copy(interpret: bool):
-    """Execute the kernel module afresh under TRITON_INTERPRET=1/0 (Triton reads the setting
-    when @triton.jit decorates a function, so it must hold while the module body runs)."""
+def _private_copy(interpret: bool, names) -> KernelSet:
+    """Execute the kernel modules afresh under TRITON_INTERPRET=1/0 (Triton reads the setting
+    when @triton.jit decorates a function, so it must hold while the module bodies run). While
+    a copy executes, the canonical names in sys.modules point at the copies made so far, so
+    ``from mxkernels.triton_quant import _helper`` in a later module binds the copy's helper."""
     prev = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
-    name = f"{_KERNEL_MODULE}__{'interpreted' if interpret else 'compiled'}"
+    saved = {n: sys.modules.get(n) for n in names}
+    copies = {}
     try:
-        origin = importlib.util.find_spec(_KERNEL_MODULE).origin
-        spec = importlib.util.spec_from_file_location(name, origin)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[name] = mod
-        try:
-            spec.loader.exec_module(mod)
-        except BaseException:
-            sys.modules.pop(name, None)
-            raise
+        for name in names:
+            priv = f"{name}__{'interpreted' if interpret else 'compiled'}"
+            origin = importlib.util.find_spec(name).origin
+            spec = importlib.util.spec_from_file_location(priv, origin)
+            mod = importlib.util.module_from_spec(spec)
+            sys.modules[priv] = mod
+            sys.modules[name] = mod
+            try:
+                spec.loader.exec_module(mod)
+            except BaseException:
+                sys.modules.pop(priv, None)
+                raise
+            copies[name.rsplit(".", 1)[1]] = mod
     finally:
+        for n, m in saved.items():
+            if m is None:
+                sys.modules.pop(n, None)
+            else:
+                sys.modules[n] = m
         if prev is None:
             os.environ.pop("TRITON_INTERPRET", None)
         else:
             os.environ["TRITON_INTERPRET"] = prev
-    if _is_interpreted(mod) != interpret:
-        raise BackendUnavailable(
-            "this triton version does not read TRITON_INTERPRET when kernels are decorated; "
-            "set TRITON_INTERPRET=1 in the environment before starting Python")
-    return mod
+    for mod in copies.values():
+        if _is_interpreted(mod) != interpret:
+            raise BackendUnavailable(
+                "this triton version does not read TRITON_INTERPRET when kernels are decorated; "
+                "set TRITON_INTERPRET=1 in the environment before starting Python")
+    return KernelSet(copies)
 
 
 def _is_interpreted(mod) -> bool:
-    return type(mod.mx_quantize_kernel).__name__ == "InterpretedFunction"
+    """Whether the module's @triton.jit kernels were decorated for the interpreter."""
+    kinds = {type(v).__name__ for v in vars(mod).values()
+             if type(v).__name__ in ("JITFunction", "InterpretedFunction")
+             and getattr(getattr(v, "fn", None), "__module__", None) == mod.__name__}
+    return kinds == {"InterpretedFunction"}
 
 
 class TritonBackend(Backend):
@@ -221,7 +271,7 @@ class TritonBackend(Backend):
             d.update(device_name=self._device_name, arch=self._arch, runtime=self._runtime)
         else:
             d.update(runtime="triton interpreter (TRITON_INTERPRET=1)")
-        d["kernels"] = _KERNEL_MODULE
+        d["kernels"] = list(_present())
         return d
 
     # ---- helpers -----------------------------------------------------------------------
@@ -321,6 +371,143 @@ class TritonBackend(Backend):
         s = torch.from_numpy(np.ascontiguousarray(scales, dtype=np.uint8).copy())
         out = self._run(lambda tq: tq.scale_layout(s.to(self._torch_device), layout))
         return self._np(out, np.uint8)
+
+
+    # ---- ops built on the core: the production kernels of mxkernels/triton_*.py ----------
+    def _mod(self, short):
+        self.check_available()
+        mod = self._tq.modules.get(short)
+        if mod is None:
+            raise Unsupported(f"kernel module mxkernels.{short} is not installed")
+        return mod
+
+    def _t(self, arr, dtype=None):
+        torch = _torch()
+        a = np.ascontiguousarray(arr if dtype is None else np.asarray(arr, dtype))
+        return torch.from_numpy(a.copy()).to(self._torch_device)
+
+    def gemm_contract(self, fmt_a, fmt_b):
+        """Per format pair: "block_sequential" where the kernel is bit-exact, else "bound"."""
+        try:
+            return self._mod("triton_gemm").gemm_contract(fmt_a, fmt_b)
+        except (Unsupported, BackendUnavailable):
+            return "bound"
+
+    def rotate(self, src, *, src_dtype, n, signs, method, round_to):
+        if method != "butterfly":
+            raise Unsupported(f"rotation method {method!r}: the kernels implement the butterfly "
+                              "contract only (the exact rotation is a reference tool)")
+        rot = self._mod("triton_rotate")
+        x = self._src(src, src_dtype)
+        sg = self._t(np.asarray(signs, np.int8))
+        out = self._run(lambda tq: rot.rotate(x, int(n), signs=sg, round_to=round_to,
+                                              src_dtype=src_dtype))
+        return self._np(out, np.uint32)
+
+    def random_signs(self, n, *, seed, step, tensor_id):
+        rot = self._mod("triton_rotate")
+        out = self._run(lambda tq: rot.random_signs(int(n), seed=int(seed), step=int(step),
+                                                    tensor_id=int(tensor_id),
+                                                    device=self._torch_device))
+        return self._np(out, np.int8)
+
+    def quantize_rotated(self, src, *, src_dtype, fmt, profile, n, signs, round_to):
+        self._check_profile(profile, fmt)
+        rot = self._mod("triton_rotate")
+        x = self._src(src, src_dtype)
+        sg = self._t(np.asarray(signs, np.int8))
+        if FORMATS[fmt].is_nvfp4:            # each row is its own tensor
+            rows = x.shape[0]
+            s, c, ts = self._run(lambda tq: rot.quantize_rotated(
+                x.reshape(rows, 1, -1), fmt, profile, int(n), signs=sg, round_to=round_to,
+                src_dtype=src_dtype))
+            return (self._np(s.reshape(rows, -1), np.uint8),
+                    self._np(c.reshape(rows, -1), np.uint8),
+                    self._np(ts.reshape(-1), np.uint32))
+        s, c = self._run(lambda tq: rot.quantize_rotated(x, fmt, profile, int(n), signs=sg,
+                                                         round_to=round_to,
+                                                         src_dtype=src_dtype))
+        return self._np(s, np.uint8), self._np(c, np.uint8)
+
+    def gemm(self, a_scales, a_codes, b_scales, b_codes, *, fmt_a, fmt_b, a_tensor_scale=None,
+             b_tensor_scale=None):
+        gm = self._mod("triton_gemm")
+        torch = _torch()
+        ts = (lambda v: None if v is None else
+              torch.tensor(np.uint32(v).view(np.float32).item(), dtype=torch.float32,
+                           device=self._torch_device))
+        contract = self.gemm_contract(fmt_a, fmt_b)
+        mode = "block_sequential" if contract == "block_sequential" else "fast"
+        args = [self._t(a, np.uint8) for a in (a_scales, a_codes, b_scales, b_codes)]
+        y = self._run(lambda tq: gm.mx_gemm(*args, fmt_a, fmt_b,
+                                            a_tensor_scale=ts(a_tensor_scale),
+                                            b_tensor_scale=ts(b_tensor_scale), mode=mode))
+        return self._np(y, np.uint32)
+
+    def rotated_gemm(self, x, w, *, src_dtype, fmt_x, fmt_w, profile, n, signs, round_to):
+        """Q(X.D.H) . Q(W.D.H)^T with the fused rotate+quantize kernel and the GEMM kernel."""
+        self._check_profile(profile, fmt_x)
+        self._check_profile(profile, fmt_w)
+        rot, gm = self._mod("triton_rotate"), self._mod("triton_gemm")
+        xt, wt = self._src(x, src_dtype), self._src(w, src_dtype)
+        sg = self._t(np.asarray(signs, np.int8))
+        contract = self.gemm_contract(fmt_x, fmt_w)
+        mode = "block_sequential" if contract == "block_sequential" else "fast"
+
+        def go(tq):
+            ops = []
+            for t, f in ((xt, fmt_x), (wt, fmt_w)):
+                if FORMATS[f].is_nvfp4:          # the whole operand is one tensor
+                    s, c, tsc = rot.quantize_rotated(t.reshape(1, *t.shape), f, profile, int(n),
+                                                     signs=sg, round_to=round_to,
+                                                     src_dtype=src_dtype)
+                    ops.append((s[0], c[0], tsc.reshape(())))
+                else:
+                    s, c = rot.quantize_rotated(t, f, profile, int(n), signs=sg,
+                                                round_to=round_to, src_dtype=src_dtype)
+                    ops.append((s, c, None))
+            (sa, ca, ta), (sb, cb, tb) = ops
+            return gm.mx_gemm(sa, ca, sb, cb, fmt_x, fmt_w, a_tensor_scale=ta,
+                              b_tensor_scale=tb, mode=mode)
+        return self._np(self._run(go), np.uint32)
+
+    def quantize_mx_sr(self, src, rbits, *, src_dtype, fmt, profile, axis):
+        if fmt not in FORMATS or FORMATS[fmt].is_nvfp4:
+            raise Unsupported(f"quantize_mx_sr takes an MX format, not {fmt!r}")
+        sr = self._mod("triton_sr")
+        x = self._src(src, src_dtype)
+        rb = self._t(np.asarray(rbits, np.uint32).view(np.int32))
+        s, c = self._run(lambda tq: sr.quantize_sr(x, fmt, profile, axis=axis, rbits=rb,
+                                                   src_dtype=src_dtype))
+        return self._np(s, np.uint8), self._np(c, np.uint8)
+
+    def random_bits(self, n, *, seed, offset):
+        sr = self._mod("triton_sr")
+        out = self._run(lambda tq: sr.random_bits(int(n), seed=int(seed), offset=int(offset),
+                                                  device=self._torch_device))
+        return self._np(out, np.uint32)
+
+    def mxfp4_to_fp8(self, scales, codes, *, group):
+        cv = self._mod("triton_convert")
+        s, c = self._t(scales, np.uint8), self._t(codes, np.uint8)
+        g = group if group == "row" else int(group)
+        gs, fc, ex = self._run(lambda tq: cv.mxfp4_to_fp8(s, c, group=g))
+        return self._np(gs, np.uint8), self._np(fc, np.uint8), self._np(ex, np.bool_)
+
+    def fp8_to_mxfp4(self, group_scales, codes, *, group, profile):
+        self._check_profile(profile, "mxfp4")
+        cv = self._mod("triton_convert")
+        s, c = self._t(group_scales, np.uint8), self._t(codes, np.uint8)
+        g = group if group == "row" else int(group)
+        ms, mc = self._run(lambda tq: cv.fp8_to_mxfp4(s, c, group=g, profile=profile))
+        return self._np(ms, np.uint8), self._np(mc, np.uint8)
+
+    def reblock(self, scales, codes, *, fmt, profile, axis):
+        self._check_profile(profile, fmt)
+        cv = self._mod("triton_convert")
+        s, c = self._t(scales, np.uint8), self._t(codes, np.uint8)
+        ms, mc = self._run(lambda tq: cv.reblock(s, c, fmt=fmt, profile=profile, axis=axis))
+        return self._np(ms, np.uint8), self._np(mc, np.uint8)
 
 
 class RocmBackend(TritonBackend):

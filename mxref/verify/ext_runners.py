@@ -5,7 +5,8 @@ call, every field compared bit for bit, codes inside a poisoned block (scale 0xF
 The GEMM op is the one place with a second check mode: a backend declares
 ``gemm_contract = "exact" | "block_sequential"`` (compared bit for bit with that golden
 column) or ``"bound"`` (the default: |y - exact| <= the golden's proven bound, NaN exactly
-where the exact result is NaN; ulp statistics are reported).
+where the exact result is NaN; ulp statistics are reported), or a callable taking the format
+pair and returning one of these.
 """
 from __future__ import annotations
 
@@ -181,8 +182,14 @@ def _gemm_within(act: np.ndarray, exp: np.ndarray, bound: np.ndarray):
 
 
 def _gemm_contract(backend, res) -> str:
-    """The backend's declared GEMM contract (default and fallback: bound); sets the check mode."""
+    """The backend's declared GEMM contract (default and fallback: bound); sets the check mode.
+
+    ``gemm_contract`` is a string for every format pair, or a callable ``(fmt_a, fmt_b) ->
+    str`` when the contract depends on the pair (a kernel bit-exact for MXFP4 x MXFP4 only)."""
     contract = getattr(backend, "gemm_contract", "bound")
+    if callable(contract):
+        fa, fb = res.gf.fmt.split("+")
+        contract = contract(fa, fb)
     if contract not in ("exact", "block_sequential", "bound"):
         contract = "bound"
     res.check_mode = "bound" if contract == "bound" else "bitexact"

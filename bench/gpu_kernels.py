@@ -1,0 +1,395 @@
+"""GPU kernel benchmarks: every production kernel, checked bit-exactly, then timed against rooflines
+measured in the same run (device copy bandwidth; cuBLAS BF16 matmul).
+
+    python bench/gpu_kernels.py --out bench/results/gpu_kernels.json [--size 8192] [--quick]
+
+Method (see ../.library/device/METHOD.md): ``triton.testing.do_bench`` (CUDA events, L2 flushed
+before every repetition by do_bench's cache clear, median of the repetitions), warm-up first,
+random non-zero inputs (LLM-like: Gaussian with outlier columns), several input sets rotated
+where the inputs fit in L2. Before a kernel is timed its output on the same input is compared
+with the CPU reference ``mxref`` (whole tensor for quantizers; a row slice for GEMMs): a kernel
+whose check fails is reported as failed and not given a speed. Bytes counted are the compulsory
+bytes (each input read once, each output written once).
+
+Writes ``--out`` (JSON, schema ``mxkernels-gpu-bench/1``) and a Markdown table next to it.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import triton
+import triton.testing
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import mxref  # noqa: E402
+from mxref.backends.triton_backend import load_kernels  # noqa: E402
+
+SCHEMA = "mxkernels-gpu-bench/1"
+
+
+def sh(cmd):
+    try:
+        return subprocess.run(cmd, shell=True, capture_output=True, text=True,
+                              timeout=30).stdout.strip()
+    except Exception as e:  # noqa: BLE001
+        return f"unavailable: {e}"
+
+
+def device_info():
+    p = torch.cuda.get_device_properties(0)
+    return {
+        "gpu": p.name, "sms": p.multi_processor_count,
+        "memory_gib": round(p.total_memory / 2**30, 1),
+        "driver": sh("nvidia-smi --query-gpu=driver_version --format=csv,noheader"),
+        "clocks": sh("nvidia-smi --query-gpu=clocks.sm,clocks.mem,clocks.max.sm,power.limit "
+                     "--format=csv,noheader"),
+        "cuda": torch.version.cuda, "torch": torch.__version__, "triton": triton.__version__,
+        "python": platform.python_version(), "host_cpu": platform.processor() or platform.machine(),
+        "commit": sh(f"git -C {ROOT} rev-parse HEAD") or os.environ.get("MXREF_COMMIT", "?"),
+    }
+
+
+def bench(fn, reps=200):
+    return triton.testing.do_bench(fn, warmup=25, rep=reps, return_mode="median")
+
+
+def activations(rows, cols, seed, dtype=torch.bfloat16):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    x = torch.randn(rows, cols, device="cuda", generator=g)
+    idx = torch.randint(0, cols, (max(1, cols // 256),), device="cuda", generator=g)
+    x[:, idx] *= 20.0
+    return x.to(dtype)
+
+
+class Run:
+    def __init__(self, size, quick):
+        self.size = size
+        self.quick = quick
+        self.rows = []
+        self.ks = load_kernels(False)
+        self.copy_bw = None
+        self.bf16_tflops = None
+
+    def record(self, **kw):
+        self.rows.append(kw)
+        ms = kw.get("ms")
+        extra = kw.get("ratio_label", "")
+        t = "" if ms is None else f"{ms * 1e3:9.1f} us"
+        r = "" if kw.get("ratio") is None else f"{kw['ratio']:.3f} {extra}"
+        print(f"{kw['kernel']:<60} {kw.get('status', ''):<8} {t} {r} "
+              f"{kw.get('error', '')}", flush=True)
+
+    # ---- rooflines --------------------------------------------------------------------
+    def rooflines(self):
+        n = self.size
+        x = activations(n, n, 0)
+        y = torch.empty_like(x)
+        ms = bench(lambda: y.copy_(x))
+        self.copy_bw = 2 * x.numel() * 2 / (ms * 1e-3)
+        self.record(kernel="roofline: device copy bf16 (read+write)", status="ok", ms=ms,
+                    gbps=self.copy_bw / 1e9, ratio=1.0, ratio_label="of copy")
+        a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
+        ms = bench(lambda: a @ b.T, reps=100)
+        self.bf16_tflops = 2 * n ** 3 / (ms * 1e-3) / 1e12
+        self.record(kernel="roofline: cuBLAS BF16 matmul", status="ok", ms=ms,
+                    tflops=self.bf16_tflops, ratio=1.0, ratio_label="of cuBLAS BF16")
+        try:
+            a8 = a.to(torch.float8_e4m3fn)
+            b8 = b.to(torch.float8_e4m3fn)
+            one = torch.ones((), device="cuda")
+            ms = bench(lambda: torch._scaled_mm(a8, b8.T, scale_a=one, scale_b=one,
+                                                out_dtype=torch.bfloat16), reps=100)
+            t = 2 * n ** 3 / (ms * 1e-3) / 1e12
+            self.record(kernel="peer: cuBLAS FP8 (torch._scaled_mm)", status="ok", ms=ms,
+                        tflops=t, ratio=t / self.bf16_tflops, ratio_label="x cuBLAS BF16")
+        except Exception as e:  # noqa: BLE001
+            self.record(kernel="peer: cuBLAS FP8 (torch._scaled_mm)", status="error",
+                        error=f"{type(e).__name__}: {e}"[:300])
+
+    # ---- memory-bound kernels -----------------------------------------------------------
+    def membound(self, name, fn, nbytes, check, group="quantize"):
+        try:
+            ok, why = check()
+        except Exception as e:  # noqa: BLE001
+            ok, why = False, f"{type(e).__name__}: {e}"[:300]
+        if not ok:
+            self.record(kernel=name, group=group, status="FAILED", error=why)
+            return
+        ms = bench(fn)
+        bw = nbytes / (ms * 1e-3)
+        self.record(kernel=name, group=group, status="ok", ms=ms, gbps=bw / 1e9,
+                    ratio=bw / self.copy_bw, ratio_label="of copy", check=why)
+
+    def quantizers(self):
+        n = self.size
+        ks = self.ks
+        x = activations(n, n, 1)
+        xc = x.cpu()
+        N = x.numel()
+        fast = ks.modules.get("triton_fast")
+        ref = {}
+
+        def reference(fmt, profile, axis):
+            key = (fmt, profile, axis)
+            if key not in ref:
+                mx = mxref.quantize(xc, fmt, profile, axis=axis)
+                ref[key] = (mx.scales, mx.codes, mx)
+            return ref[key]
+
+        def same(fmt, profile, axis, s, c, packed=False):
+            rs, rc, mx = reference(fmt, profile, axis)
+            s = s.cpu().numpy()
+            c = c.cpu().numpy()
+            rcodes = mx.packed() if packed else rc
+            if s.shape != rs.shape or c.shape != rcodes.shape:
+                return False, f"shape {s.shape}/{c.shape} vs {rs.shape}/{rcodes.shape}"
+            ds, dc = int((s != rs).sum()), int((c != rcodes).sum())
+            return ds == 0 and dc == 0, f"{ds} scale and {dc} code mismatches of {rs.size}/{rc.size}"
+
+        for fmt, code_bytes in (("mxfp4", 0.5), ("mxfp8_e4m3", 1.0)):
+            for profile in ("ocp", "rceil"):
+                nb = 2 * N + code_bytes * N + N / 32
+                if fast is not None:
+                    packed = fmt == "mxfp4"
+                    for axis in (-1, 0):
+                        out = {}
+
+                        def run_fast(fmt=fmt, profile=profile, axis=axis, packed=packed, out=out):
+                            out["r"] = fast.quantize_fast(x, fmt, profile, axis=axis,
+                                                          packed=packed)
+                            return out["r"]
+                        self.membound(
+                            f"fast quantize bf16->{fmt} {profile} axis={axis}", run_fast, nb,
+                            lambda fmt=fmt, profile=profile, axis=axis, packed=packed,
+                            run_fast=run_fast: same(fmt, profile, axis, *run_fast(),
+                                                    packed=packed))
+                    if profile == "ocp":
+                        def run_dual(fmt=fmt, profile=profile, packed=packed):
+                            return fast.quantize_dual(x, fmt, profile, packed=packed)
+
+                        def check_dual(fmt=fmt, profile=profile, packed=packed,
+                                       run_dual=run_dual):
+                            rs, rcd, cs, ccd = run_dual()
+                            a = same(fmt, profile, -1, rs, rcd, packed=packed)
+                            b = same(fmt, profile, 0, cs, ccd, packed=packed)
+                            return a[0] and b[0], f"rows: {a[1]}; cols: {b[1]}"
+                        self.membound(f"dual quantize bf16->{fmt} {profile}", run_dual,
+                                      2 * N + 2 * (code_bytes * N + N / 32), check_dual)
+                if profile == "ocp" or fmt == "mxfp4":
+                    def run_gen(fmt=fmt, profile=profile):
+                        return ks.mx_quantize(x, fmt, profile, axis=-1)
+                    nbg = 2 * N + N + N / 32         # generic kernel writes unpacked codes
+                    self.membound(f"generic quantize bf16->{fmt} {profile} (unpacked)", run_gen,
+                                  nbg, lambda fmt=fmt, profile=profile, run_gen=run_gen:
+                                  same(fmt, profile, -1, *run_gen()))
+
+        # dequantize (generic kernel: unpacked codes in, fp32 out)
+        rs, rc, mx = reference("mxfp4", "ocp", -1)
+        s_d, c_d = torch.from_numpy(rs).cuda(), torch.from_numpy(rc).cuda()
+
+        def check_deq():
+            y = ks.mx_dequantize(s_d, c_d, "mxfp4").cpu().numpy().view(np.uint32)
+            r = mx.dequantize().astype(np.float32).view(np.uint32)
+            d = int((y != r).sum())
+            return d == 0, f"{d} mismatches of {r.size}"
+        self.membound("dequantize mxfp4->fp32 (unpacked codes)",
+                      lambda: ks.mx_dequantize(s_d, c_d, "mxfp4"), N + N / 32 + 4 * N, check_deq,
+                      group="dequantize")
+
+        # stochastic rounding
+        sr = ks.modules.get("triton_sr")
+        if sr is not None:
+            from mxref.golden.suites_ext import sr_profile
+
+            def check_sr():
+                s, c = sr.quantize_sr(x, "mxfp4", "ocp", axis=-1, seed=1234, offset=0)
+                mx = mxref.quantize(xc, "mxfp4", sr_profile("ocp"), axis=-1, seed=1234)
+                ds = int((s.cpu().numpy() != mx.scales).sum())
+                dc = int((c.cpu().numpy() != mx.codes).sum())
+                return ds == 0 and dc == 0, f"{ds} scale and {dc} code mismatches"
+            self.membound("SR quantize bf16->mxfp4 ocp (in-kernel Philox, unpacked)",
+                          lambda: sr.quantize_sr(x, "mxfp4", "ocp", axis=-1, seed=1234),
+                          2 * N + N + N / 32, check_sr)
+
+        # fused Hadamard + quantize
+        rot = ks.modules.get("triton_rotate")
+        if rot is not None:
+            for hn in (32, 128):
+                def run_rot(hn=hn):
+                    return rot.quantize_rotated(x, "mxfp4", "ocp", hn, signs="none",
+                                                packed=True)
+
+                def check_rot(hn=hn, run_rot=run_rot):
+                    s, c = run_rot()
+                    mx = mxref.quantize_rotated(xc, "mxfp4", "ocp", hn)
+                    ds = int((s.cpu().numpy() != mx.scales).sum())
+                    dc = int((c.cpu().numpy() != mx.packed()).sum())
+                    return ds == 0 and dc == 0, f"{ds} scale and {dc} code mismatches"
+                self.membound(f"fused Hadamard-{hn} + quantize bf16->mxfp4 ocp (packed)",
+                              run_rot, 2 * N + N / 2 + N / 32, check_rot)
+
+        # FP8 <-> FP4
+        cv = ks.modules.get("triton_convert")
+        if cv is not None:
+            s4, c4 = s_d, c_d
+
+            def check_cv():
+                gs, fc, ex = cv.mxfp4_to_fp8(s4, c4, group=32)
+                r = mxref.mxfp4_to_fp8(mx, group=32)
+                d = int((fc.cpu().numpy() != r.codes).sum()) + \
+                    int((gs.cpu().numpy() != r.scales).sum())
+                return d == 0, f"{d} mismatches"
+            self.membound("mxfp4 -> e4m3 (group 32, unpacked codes)",
+                          lambda: cv.mxfp4_to_fp8(s4, c4, group=32), N + N / 32 + N + N / 32,
+                          check_cv, group="convert")
+
+    # ---- GEMMs ------------------------------------------------------------------------
+    def gemms(self):
+        gm = self.ks.modules.get("triton_gemm")
+        if gm is None:
+            return
+        n = self.size
+        rng = np.random.default_rng(7)
+        a_c = rng.integers(0, 16, (n, n), dtype=np.uint8)
+        b_c = rng.integers(0, 16, (n, n), dtype=np.uint8)
+        a_s = rng.integers(120, 134, (n, n // 32), dtype=np.uint8)
+        b_s = rng.integers(120, 134, (n, n // 32), dtype=np.uint8)
+        A = [torch.from_numpy(v).cuda() for v in (a_s, a_c)]
+        B = [torch.from_numpy(v).cuda() for v in (b_s, b_c)]
+        flops = 2 * n ** 3
+        rows = 64 if self.quick else 128
+        from mxref.gemm import gemm_codes, gemm_error_bound_codes
+
+        ref_seq = gemm_codes(a_c[:rows], a_s[:rows], "mxfp4", b_c, b_s, "mxfp4",
+                             mode="block_sequential")
+        ref_exact = gemm_codes(a_c[:rows], a_s[:rows], "mxfp4", b_c, b_s, "mxfp4", mode="exact")
+        ref_bound = gemm_error_bound_codes(a_c[:rows], a_s[:rows], "mxfp4", b_c, b_s, "mxfp4")
+
+        def run(mode):
+            return gm.mx_gemm(A[0], A[1], B[0], B[1], "mxfp4", "mxfp4", mode=mode)
+
+        for mode, contract in (("block_sequential", "block_sequential"), ("fast", "bound")):
+            name = f"MXFP4 GEMM {n}^3 {mode}"
+            try:
+                y = run(mode)[:rows].cpu().numpy()
+                if contract == "block_sequential":
+                    d = int((y.view(np.uint32) != ref_seq.view(np.uint32)).sum())
+                    ok, why = d == 0, f"{d} of {y.size} outputs differ from block_sequential " \
+                                      f"(rows 0..{rows - 1})"
+                else:
+                    err = np.abs(y.astype(np.float64) - ref_exact.astype(np.float64))
+                    out = int((~(err <= ref_bound)).sum())
+                    ulp = err / np.abs(np.spacing(ref_exact)).astype(np.float64)
+                    ok, why = out == 0, (f"{out} of {y.size} outside the proven bound; max "
+                                         f"{ulp.max():.1f} ulp, mean {ulp.mean():.2f} ulp "
+                                         f"(rows 0..{rows - 1})")
+            except Exception as e:  # noqa: BLE001
+                ok, why = False, f"{type(e).__name__}: {e}"[:300]
+            if not ok:
+                self.record(kernel=name, group="gemm", status="FAILED", error=why)
+                continue
+            ms = bench(lambda mode=mode: run(mode), reps=100)
+            t = flops / (ms * 1e-3) / 1e12
+            self.record(kernel=name, group="gemm", status="ok", ms=ms, tflops=t,
+                        ratio=t / self.bf16_tflops, ratio_label="x cuBLAS BF16", check=why)
+        if hasattr(gm, "dot_scaled_gemm"):
+            try:
+                ms = bench(lambda: gm.dot_scaled_gemm(A[0], A[1], B[0], B[1], "mxfp4", "mxfp4"),
+                           reps=100)
+                t = flops / (ms * 1e-3) / 1e12
+                self.record(kernel=f"peer: tl.dot_scaled MXFP4 GEMM {n}^3", group="gemm",
+                            status="ok", ms=ms, tflops=t, ratio=t / self.bf16_tflops,
+                            ratio_label="x cuBLAS BF16", check="not bit-exact (bf16 upcast)")
+            except Exception as e:  # noqa: BLE001
+                self.record(kernel="peer: tl.dot_scaled MXFP4 GEMM", group="gemm",
+                            status="error", error=f"{type(e).__name__}: {e}"[:300])
+
+    def peers(self):
+        n = self.size
+        x = activations(n, n, 3)
+        from mxkernels import torch_emu
+        fn = getattr(torch_emu, "quantize", None) or getattr(torch_emu, "mx_quantize", None)
+        if fn is None:
+            return
+        try:
+            ms = bench(lambda: fn(x, "mxfp4", "ocp"), reps=100)
+            N = x.numel()
+            bw = (2 * N + N + N / 32) / (ms * 1e-3)
+            self.record(kernel="peer: torch-eager emulation bf16->mxfp4 ocp", group="quantize",
+                        status="ok", ms=ms, gbps=bw / 1e9, ratio=bw / self.copy_bw,
+                        ratio_label="of copy")
+        except Exception as e:  # noqa: BLE001
+            self.record(kernel="peer: torch-eager emulation", status="error",
+                        error=f"{type(e).__name__}: {e}"[:300])
+
+
+def markdown(doc) -> str:
+    d = doc["device"]
+    lines = ["# GPU kernel benchmarks", "",
+             f"Device: {d['gpu']} ({d['sms']} SMs, {d['memory_gib']} GiB), driver {d['driver']}, "
+             f"CUDA {d['cuda']}, torch {d['torch']}, triton {d['triton']}; clocks "
+             f"(SM, mem, max SM, power limit) {d['clocks']}; commit {d['commit'][:10]}; "
+             f"{doc['time']}.",
+             f"Size {doc['size']}x{doc['size']} (GEMMs {doc['size']}^3). Median of "
+             "triton.testing.do_bench (CUDA events, L2 flushed per repetition). Every kernel was "
+             "checked against the mxref CPU reference in the same run before being timed.", "",
+             "| kernel | status | median us | GB/s or TFLOP/s | ratio | check |",
+             "|---|---|---:|---:|---:|---|"]
+    for r in doc["rows"]:
+        rate = (f"{r['gbps']:.0f} GB/s" if "gbps" in r else
+                f"{r['tflops']:.0f} TFLOP/s" if "tflops" in r else "")
+        ratio = "" if r.get("ratio") is None else f"{r['ratio']:.3f} {r.get('ratio_label', '')}"
+        ms = "" if r.get("ms") is None else f"{r['ms'] * 1e3:.1f}"
+        lines.append(f"| {r['kernel']} | {r.get('status', '')} | {ms} | {rate} | {ratio} | "
+                     f"{r.get('check', r.get('error', ''))} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default=str(ROOT / "bench/results/gpu_kernels.json"))
+    ap.add_argument("--size", type=int, default=8192)
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--only", default="", help="comma list of: quantizers,gemms,peers")
+    args = ap.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("no GPU: nothing to benchmark", file=sys.stderr)
+        return 4
+    run = Run(args.size, args.quick)
+    doc = {"schema": SCHEMA, "device": device_info(), "size": args.size,
+           "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "command": " ".join([sys.executable] + sys.argv), "rows": run.rows}
+    only = set(filter(None, args.only.split(",")))
+    run.rooflines()
+    for part in ("quantizers", "gemms", "peers"):
+        if only and part not in only:
+            continue
+        t0 = time.time()
+        try:
+            getattr(run, part)()
+        except Exception as e:  # noqa: BLE001
+            run.record(kernel=f"{part}: crashed", status="error",
+                       error=f"{type(e).__name__}: {e}"[:500])
+        print(f"# {part}: {time.time() - t0:.0f} s", flush=True)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(doc, indent=1))
+    out.with_suffix(".md").write_text(markdown(doc))
+    print(markdown(doc))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
