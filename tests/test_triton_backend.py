@@ -59,13 +59,15 @@ def _id(c):
 
 @pytest.fixture(scope="module")
 def backend():
+    # fast=False: the generic kernels of triton_quant on every file (the conformance suite holds
+    # the production routing, fast kernels where they apply, to the same files)
     if HAS_GPU:
-        be = TritonBackend()
+        be = TritonBackend(fast=False)
     else:
         prev = os.environ.get("TRITON_INTERPRET")
         os.environ["TRITON_INTERPRET"] = "1"
         try:
-            be = TritonBackend()
+            be = TritonBackend(fast=False)
         finally:
             if prev is None:
                 os.environ.pop("TRITON_INTERPRET")
@@ -357,3 +359,30 @@ def test_rocm_unavailable_here_says_what_is_missing():
     with pytest.raises(BackendUnavailable, match="no ROCm device"):
         RocmBackend(device="cuda")
     assert "unavailable" in be.describe()
+
+
+def test_production_routing_reaches_the_fast_kernels(monkeypatch):
+    """TritonBackend() (what `mxref verify --backend triton` and the conformance suite run)
+    sends quantize_mx to mxkernels.triton_fast where it applies; a flipped bit there fails
+    verify, so the conformance run really holds the fast kernels to the corpus."""
+    from mxref.verify import verify
+    if HAS_GPU:
+        be = TritonBackend()
+    else:
+        monkeypatch.setenv("TRITON_INTERPRET", "1")
+        be = TritonBackend()
+        monkeypatch.delenv("TRITON_INTERPRET")
+    fast = be._tq.modules["triton_fast"]
+    calls = []
+    orig = fast.quantize_fast
+
+    def flipped(*a, **k):
+        calls.append(a[1:3])
+        s, c = orig(*a, **k)
+        c = c.clone()
+        c.view(-1)[:1] ^= 1
+        return s, c
+    monkeypatch.setattr(fast, "quantize_fast", flipped)
+    rep = verify(be, levels=(0,), ops=["quantize_mx"], formats=["mxfp4"], profiles=["ocp"],
+                 src_dtypes=["bfloat16"])
+    assert calls and rep.exit_code == 1

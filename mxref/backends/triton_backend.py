@@ -54,6 +54,10 @@ _OPS = frozenset(("quantize_mx", "quantize_mx_tensor", "quantize_nvfp4", "conver
 _SRC_NUMPY = {"float32": np.uint32, "bfloat16": np.uint16, "float16": np.uint16}
 
 
+def torch_dtype(name: str):
+    return getattr(_torch(), name)
+
+
 def interpret_requested() -> bool:
     return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in _TRUE
 
@@ -177,7 +181,8 @@ class TritonBackend(Backend):
     ops = _OPS
     profiles = _CLAIMED
 
-    def __init__(self, device: str | None = None):
+    def __init__(self, device: str | None = None, fast: bool = True):
+        self._fast = fast
         self._requested = device
         self._reason = None
         self._tq = None
@@ -324,6 +329,17 @@ class TritonBackend(Backend):
             raise Unsupported(f"quantize_mx takes an MX format, not {fmt!r}")
         self._check_profile(profile, fmt)
         x = self._src(src, src_dtype)
+        fast = self._tq.modules.get("triton_fast")
+        if fast is not None and x.ndim == 2 and fast.supports(fmt, profile, src_dtype, axis):
+            # the production kernel where it applies (the generic one is held to the same
+            # files by tests/test_triton_backend.py through TritonBackend(fast=False))
+            if self._fast:
+                xf = x.view({"float32": torch_dtype("float32"), "bfloat16":
+                             torch_dtype("bfloat16"), "float16": torch_dtype("float16")}[
+                                 src_dtype])
+                scales, codes = self._run(lambda tq: fast.quantize_fast(xf, fmt, profile,
+                                                                        axis=axis))
+                return self._np(scales, np.uint8), self._np(codes, np.uint8)
         scales, codes = self._run(lambda tq: tq.mx_quantize(x, fmt, profile, axis=axis,
                                                             src_dtype=src_dtype))
         return self._np(scales, np.uint8), self._np(codes, np.uint8)
