@@ -137,14 +137,13 @@ def _dot(a, b, DOT_F32: tl.constexpr):
 
 
 @triton.jit
-def _scale_block(part, sa, sb, PLO: tl.constexpr, PHI: tl.constexpr):
+def _scale_block(part, sa, sb, PLO: tl.constexpr, PHI: tl.constexpr, SAFE: tl.constexpr):
     """c = fl(part * 2^(sa + sb - 254)) with one rounding for every byte pair; NaN for 0xFF.
-    part: exact block sums, 0 or 2^PLO <= |part| < 2^PHI; sa [BM], sb [BN] int32 bytes."""
-    ok_a = ((sa >= 1 - PLO) & (sa <= 255 - PHI)) | (sa == 255)
-    ok_b = sb >= 1
-    bad = _max_along(tl.where(ok_a, 0, 1), 0) + _max_along(tl.where(ok_b, 0, 1), 0)
-    if bad == 0:
-        # part * fa exact (normal, finite), then one rounding by fb; NaN factors propagate
+    part: exact block sums, 0 or 2^PLO <= |part| < 2^PHI; sa [BM], sb [BN] int32 bytes.
+    SAFE (decided once per tile, before the K loop, from per-row flags): every A byte is in
+    [1 - PLO, 255 - PHI] or 0xFF and every B byte >= 1, so part * 2^(sa-127) is exact (normal,
+    finite, or NaN) and the multiply by 2^(sb-127) is the one rounding."""
+    if SAFE:
         c = (part * _e8m0_f32(sa)[:, None]) * _e8m0_f32(sb)[None, :]
     else:
         e = sa[:, None] + sb[None, :] - 254
@@ -194,30 +193,14 @@ def e2m1_to_e4m3_kernel(src_ptr, dst_ptr, R, K, KP, PACKED: tl.constexpr,
 # block-sequential GEMM (bit-exact): FP8 (E2M1-valued E4M3) or bf16 (decoded codes) operands
 # =========================================================================================
 @triton.jit
-def gemm_block_sequential_kernel(
-        a_ptr, b_ptr, sa_ptr, sb_ptr, lut_a_ptr, lut_b_ptr, slut_ptr, ts_ptr, out_ptr,
-        M, N, K, NBLK,
-        OPS: tl.constexpr, NV: tl.constexpr, BS: tl.constexpr, PLO: tl.constexpr,
-        PHI: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-        GROUP_M: tl.constexpr, DOT_F32: tl.constexpr, USE_TMA: tl.constexpr):
-    """acc = +0; per K block j (ascending): acc = fl(acc + c_j); c_j the exact block sum times
-    the scales rounded once. OPS 0: a/b are E4M3 bytes of E2M1 values (fp8 dot); OPS 1: a/b are
-    element codes decoded through the bf16 bit tables lut_a/lut_b. NV: NVFP4 (E4M3 block scales
-    through slut folded into the operands, Y = fl(acc * fl(ta * tb)), ts = [ta, tb])."""
-    pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
-    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
-    m_ok = rm < M
-    n_ok = rn < N
-    rm64 = rm.to(tl.int64)
-    rn64 = rn.to(tl.int64)
+def _blockseq_loop(a_desc, b_desc, a_ptr, b_ptr, sa_ptr, sb_ptr, lut_a_ptr, lut_b_ptr, slut_ptr,
+                   K, NBLK, pid_m, pid_n, rm64, rn64, m_ok, n_ok, OPS: tl.constexpr,
+                   NV: tl.constexpr, BS: tl.constexpr, PLO: tl.constexpr, PHI: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_F32: tl.constexpr,
+                   USE_TMA: tl.constexpr, SAFE: tl.constexpr):
+    """The K loop of gemm_block_sequential_kernel (acc = +0; acc = fl(acc + c_j), j ascending)."""
     kk = tl.arange(0, BS)
     acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
-    if USE_TMA:
-        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1],
-                                           block_shape=[BLOCK_M, BS])
-        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[K, 1],
-                                           block_shape=[BLOCK_N, BS])
     for j in range(NBLK):
         k = j * BS + kk
         k_ok = k < K
@@ -252,7 +235,49 @@ def gemm_block_sequential_kernel(
         if NV:
             acc = acc + part
         else:
-            acc = acc + _scale_block(part, sa, sb, PLO, PHI)
+            acc = acc + _scale_block(part, sa, sb, PLO, PHI, SAFE)
+    return acc
+
+
+@triton.jit
+def gemm_block_sequential_kernel(
+        a_ptr, b_ptr, sa_ptr, sb_ptr, lut_a_ptr, lut_b_ptr, slut_ptr, ts_ptr, out_ptr,
+        ra_ptr, rb_ptr, M, N, K, NBLK,
+        OPS: tl.constexpr, NV: tl.constexpr, BS: tl.constexpr, PLO: tl.constexpr,
+        PHI: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+        GROUP_M: tl.constexpr, DOT_F32: tl.constexpr, USE_TMA: tl.constexpr):
+    """acc = +0; per K block j (ascending): acc = fl(acc + c_j); c_j the exact block sum times
+    the scales rounded once. OPS 0: a/b are E4M3 bytes of E2M1 values (fp8 dot); OPS 1: a/b are
+    element codes decoded through the bf16 bit tables lut_a/lut_b. NV: NVFP4 (E4M3 block scales
+    through slut folded into the operands, Y = fl(acc * fl(ta * tb)), ts = [ta, tb])."""
+    pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_ok = rm < M
+    n_ok = rn < N
+    rm64 = rm.to(tl.int64)
+    rn64 = rn.to(tl.int64)
+    if USE_TMA:
+        a_desc = tl.make_tensor_descriptor(a_ptr, shape=[M, K], strides=[K, 1],
+                                           block_shape=[BLOCK_M, BS])
+        b_desc = tl.make_tensor_descriptor(b_ptr, shape=[N, K], strides=[K, 1],
+                                           block_shape=[BLOCK_N, BS])
+    else:
+        a_desc = a_ptr
+        b_desc = b_ptr
+    # one scalar decision per tile, outside the K loop: every scale byte of these rows is in
+    # the range where the two-multiply scaling is exact (flags computed by the launcher)
+    fa = tl.load(ra_ptr + rm64, mask=m_ok, other=1).to(tl.int32)
+    fb = tl.load(rb_ptr + rn64, mask=n_ok, other=1).to(tl.int32)
+    unsafe = _max_along(tl.where(fa != 0, 0, 1), 0) + _max_along(tl.where(fb != 0, 0, 1), 0)
+    if unsafe == 0:
+        acc = _blockseq_loop(a_desc, b_desc, a_ptr, b_ptr, sa_ptr, sb_ptr, lut_a_ptr, lut_b_ptr,
+                             slut_ptr, K, NBLK, pid_m, pid_n, rm64, rn64, m_ok, n_ok, OPS, NV,
+                             BS, PLO, PHI, BLOCK_M, BLOCK_N, DOT_F32, USE_TMA, True)
+    else:
+        acc = _blockseq_loop(a_desc, b_desc, a_ptr, b_ptr, sa_ptr, sb_ptr, lut_a_ptr, lut_b_ptr,
+                             slut_ptr, K, NBLK, pid_m, pid_n, rm64, rn64, m_ok, n_ok, OPS, NV,
+                             BS, PLO, PHI, BLOCK_M, BLOCK_N, DOT_F32, USE_TMA, False)
     if NV:
         t = tl.load(ts_ptr) * tl.load(ts_ptr + 1)
         acc = acc * t
@@ -665,6 +690,19 @@ def mx_gemm(a_scales, a_codes, b_scales, b_codes, fmt_a: str, fmt_b: str, *,
     return out
 
 
+def _safe_rows(sa, sb, ce, M, N):
+    """int8 flags per row of A and of B: 1 where every scale byte of the row lets the kernel's
+    two-multiply scaling be exact (see _scale_block); a tile with all flags set runs the
+    cheaper K loop. One small torch reduction over the scale bytes (M + N rows of K/32)."""
+    if ce["NV"] or sa.shape[1] == 0:
+        return (torch.ones(max(M, 1), dtype=torch.int8, device=sa.device),
+                torch.ones(max(N, 1), dtype=torch.int8, device=sa.device))
+    s_a, s_b = sa.to(torch.int32), sb.to(torch.int32)
+    ok_a = (((s_a >= 1 - ce["PLO"]) & (s_a <= 255 - ce["PHI"])) | (s_a == 255)).all(dim=1)
+    ok_b = (s_b >= 1).all(dim=1)
+    return ok_a.to(torch.int8).contiguous(), ok_b.to(torch.int8).contiguous()
+
+
 def _blockseq_launch(a, b, sa, sb, ce, M, N, K, nblk, lut_a, lut_b, slut, ts, out, block_m,
                      block_n, group_m, num_warps, num_stages, use_tma):
     bm, bn = _tiles(M, N, block_m, block_n)
@@ -677,10 +715,11 @@ def _blockseq_launch(a, b, sa, sb, ce, M, N, K, nblk, lut_a, lut_b, slut, ts, ou
             size, dtype=torch.int8, device=a.device))
     dummy = torch.zeros(1, dtype=torch.int16, device=out.device)
     grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
+    ra, rb = _safe_rows(sa, sb, ce, M, N)
     gemm_block_sequential_kernel[grid](
         _nonempty(a), _nonempty(b), _nonempty(sa), _nonempty(sb),
         dummy if lut_a is None else lut_a, dummy if lut_b is None else lut_b,
-        dummy if slut is None else slut, ts, out, M, N, K, nblk, **ce, BLOCK_M=bm,
+        dummy if slut is None else slut, ts, out, ra, rb, M, N, K, nblk, **ce, BLOCK_M=bm,
         BLOCK_N=bn, GROUP_M=group_m, DOT_F32=INTERPRETED, USE_TMA=bool(use_tma),
         **_launch_opts(num_warps, num_stages))
     return out
@@ -775,7 +814,8 @@ def aot_specs() -> list:
         ce = {**gemm_kernel_params(fa, fb, "block_sequential"), "BLOCK_M": 128, "BLOCK_N": 128,
               "GROUP_M": 8, "DOT_F32": False, "USE_TMA": False}
         specs.append((f"block_sequential-{fa}-{fb}", gemm_block_sequential_kernel,
-                       _sig(gemm_block_sequential_kernel, _GEMM_ARGS, ce), ce))
+                       _sig(gemm_block_sequential_kernel,
+                            {**_GEMM_ARGS, "ra_ptr": "*i8", "rb_ptr": "*i8"}, ce), ce))
     for fa, fb in (("mxfp8_e5m2", "mxfp4"), ("nvfp4", "nvfp4")):
         ce = {**gemm_kernel_params(fa, fb, "fast"), "BLOCK_M": 128, "BLOCK_N": 128,
               "BLOCK_K": 64, "GROUP_M": 8, "DOT_F32": False}
