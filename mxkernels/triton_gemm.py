@@ -635,7 +635,8 @@ def mx_gemm(a_scales, a_codes, b_scales, b_codes, fmt_a: str, fmt_b: str, *,
             a_tensor_scale=None, b_tensor_scale=None, mode: str = "block_sequential",
             packed: bool = False, k: int | None = None, block_m: int | None = None,
             block_n: int | None = None, block_k: int = 128, group_m: int = 8,
-            num_warps: int = 8, num_stages: int = 3, use_tma: bool = False) -> torch.Tensor:
+            num_warps: int | None = None, num_stages: int | None = None,
+            use_tma: bool = False) -> torch.Tensor:
     """Y = A . B^T (float32 [M, N]) of MX / NVFP4 operands: codes uint8 [M, K] / [N, K]
     (``packed=True``: FP4 two per byte, [rows, ceil(K/2)], ``k`` the logical K), scales uint8
     [rows, ceil(K/bs)] (E8M0; NVFP4: E4M3, bs 16), NVFP4 tensor scales fp32 (None = 1).
@@ -645,6 +646,11 @@ def mx_gemm(a_scales, a_codes, b_scales, b_codes, fmt_a: str, fmt_b: str, *,
     mode="fast": bf16 tensor-core dot with scales folded in; contract "bound"."""
     fa, fb = _check_pair(fmt_a, fmt_b)
     ce = gemm_kernel_params(fa, fb, mode)
+    # defaults: the best of the H100 sweep for the MXFP4 FP8 kernel (bench/results/gpu_kernels.md:
+    # 4 warps, 4 stages, 128 x 128); 8 warps, 3 stages elsewhere
+    fp8_path = mode == "block_sequential" and (fa, fb) == ("mxfp4", "mxfp4")
+    num_warps = num_warps or (4 if fp8_path else 8)
+    num_stages = num_stages or (4 if fp8_path else 3)
     nv = fa == "nvfp4"
     bs = 16 if nv else 32
     ac, asc, Ka = _operand("a", a_codes, a_scales, fa, packed, k)
@@ -726,8 +732,8 @@ def _blockseq_launch(a, b, sa, sb, ce, M, N, K, nblk, lut_a, lut_b, slut, ts, ou
 
 
 def mx_gemm_prepared(a_scales, a_e4m3, b_scales, b_e4m3, *, block_m: int | None = None,
-                     block_n: int | None = None, group_m: int = 8, num_warps: int = 8,
-                     num_stages: int = 3, use_tma: bool = False) -> torch.Tensor:
+                     block_n: int | None = None, group_m: int = 8, num_warps: int = 4,
+                     num_stages: int = 4, use_tma: bool = False) -> torch.Tensor:
     """The bit-exact MXFP4 x MXFP4 block_sequential GEMM alone, on operands already
     re-encoded by :func:`mxfp4_to_e4m3` (uint8 E4M3 bytes or torch.float8_e4m3fn, [M, K] and
     [N, K]; they must hold E2M1 values) and E8M0 scales [rows, ceil(K/32)]."""
