@@ -197,8 +197,14 @@ def _blockseq_loop(a_desc, b_desc, a_ptr, b_ptr, sa_ptr, sb_ptr, lut_a_ptr, lut_
                    K, NBLK, pid_m, pid_n, rm64, rn64, m_ok, n_ok, OPS: tl.constexpr,
                    NV: tl.constexpr, BS: tl.constexpr, PLO: tl.constexpr, PHI: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, DOT_F32: tl.constexpr,
-                   USE_TMA: tl.constexpr, SAFE: tl.constexpr):
-    """The K loop of gemm_block_sequential_kernel (acc = +0; acc = fl(acc + c_j), j ascending)."""
+                   USE_TMA: tl.constexpr, SAFE: tl.constexpr, one):
+    """The K loop of gemm_block_sequential_kernel (acc = +0; acc = fl(acc + c_j), j ascending).
+
+    ``one`` is a run-time 1.0 (read from memory). NVFP4 adds the block sum itself, and Triton's
+    combine pass rewrites ``acc + dot(a, b, 0)`` into ``dot(a, b, acc)``: the tensor core then
+    accumulates across blocks with its own (truncating) alignment, which is not the contract
+    (seen on an H200: 10 rotated-GEMM cases a few ulp off). ``dot * one`` is exact and keeps
+    the add on the CUDA cores; tests/test_kernels_gemm.py checks the compiled IR."""
     kk = tl.arange(0, BS)
     acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
     for j in range(NBLK):
@@ -233,7 +239,7 @@ def _blockseq_loop(a_desc, b_desc, a_ptr, b_ptr, sa_ptr, sb_ptr, lut_a_ptr, lut_
                     tl.int32, bitcast=True) >> 16
             part = _dot(_bf16_operand(xa, DOT_F32), _bf16_operand(xb, DOT_F32), DOT_F32)
         if NV:
-            acc = acc + part
+            acc = acc + part * one
         else:
             acc = acc + _scale_block(part, sa, sb, PLO, PHI, SAFE)
     return acc
@@ -273,11 +279,13 @@ def gemm_block_sequential_kernel(
     if unsafe == 0:
         acc = _blockseq_loop(a_desc, b_desc, a_ptr, b_ptr, sa_ptr, sb_ptr, lut_a_ptr, lut_b_ptr,
                              slut_ptr, K, NBLK, pid_m, pid_n, rm64, rn64, m_ok, n_ok, OPS, NV,
-                             BS, PLO, PHI, BLOCK_M, BLOCK_N, DOT_F32, USE_TMA, True)
+                             BS, PLO, PHI, BLOCK_M, BLOCK_N, DOT_F32, USE_TMA, True,
+                             tl.load(ts_ptr + 2))
     else:
         acc = _blockseq_loop(a_desc, b_desc, a_ptr, b_ptr, sa_ptr, sb_ptr, lut_a_ptr, lut_b_ptr,
                              slut_ptr, K, NBLK, pid_m, pid_n, rm64, rn64, m_ok, n_ok, OPS, NV,
-                             BS, PLO, PHI, BLOCK_M, BLOCK_N, DOT_F32, USE_TMA, False)
+                             BS, PLO, PHI, BLOCK_M, BLOCK_N, DOT_F32, USE_TMA, False,
+                             tl.load(ts_ptr + 2))
     if NV:
         t = tl.load(ts_ptr) * tl.load(ts_ptr + 1)
         acc = acc * t
@@ -666,8 +674,10 @@ def mx_gemm(a_scales, a_codes, b_scales, b_codes, fmt_a: str, fmt_b: str, *,
     dev = ac.device
     if bc.device != dev or asc.device != dev or bsc.device != dev:
         raise KernelUnsupported("all operands must be on one device")
+    # [ta, tb, 1.0]: the kernels read a run-time 1.0 at index 2 (see _blockseq_loop)
     ts = torch.cat([_tensor_scale("a_tensor_scale", a_tensor_scale, dev),
-                    _tensor_scale("b_tensor_scale", b_tensor_scale, dev)])
+                    _tensor_scale("b_tensor_scale", b_tensor_scale, dev),
+                    torch.ones(1, dtype=torch.float32, device=dev)])
     out = torch.empty((M, N), dtype=torch.float32, device=dev)
     if M == 0 or N == 0:
         return out
@@ -754,7 +764,7 @@ def mx_gemm_prepared(a_scales, a_e4m3, b_scales, b_e4m3, *, block_m: int | None 
     if M == 0 or N == 0:
         return out
     ce = gemm_kernel_params("mxfp4", "mxfp4", "block_sequential")
-    ts = torch.ones(2, dtype=torch.float32, device=a8.device)
+    ts = torch.ones(3, dtype=torch.float32, device=a8.device)
     return _blockseq_launch(a8, b8, asc, bsc, ce, M, N, K, nblk, None, None, None, ts, out,
                             block_m, block_n, group_m, num_warps, num_stages, use_tma)
 

@@ -196,3 +196,52 @@ def test_dot_scaled_uses_native_scaled_mfma_on_gfx950():
     assert re.search(r"v_mfma_scale_f32_\w+_f8f6f4", asm950), "no scaled MFMA on gfx950"
     asm942 = _build("gfx942", fn, sig, ce)["amdgcn"]
     assert not re.search(r"v_mfma_scale_", asm942)
+
+
+def _dot_accumulators(ir: str):
+    """For every dot of a TTIR/TTGIR module: is its accumulator operand a zero constant?"""
+    zeros = set(re.findall(r"(%[\w.]+) = arith\.constant dense<0\.000000e\+00>", ir))
+    zeros |= set(re.findall(r"(%[\w.]+) = arith\.constant 0\.000000e\+00", ir))
+    out = []
+    for m in re.finditer(r"= (?:tt\.dot|ttng\.warp_group_dot|triton_nvidia_gpu\.warp_group_dot)"
+                         r"\s+(%[\w.]+),\s*(%[\w.]+),\s*(%[\w.]+)", ir):
+        out.append(m.group(3) in zeros)
+    return out
+
+
+@pytest.mark.parametrize("spec_id", ["block_sequential-nvfp4-nvfp4",
+                                     "block_sequential-mxfp4-mxfp4",
+                                     "block_sequential-mxfp6_e3m2-mxint8"])
+def test_block_sequential_dots_start_from_zero(spec_id):
+    """The bit-exact GEMMs need each block's tensor-core dot to start from a zero accumulator
+    (the cross-block adds are CUDA-core fp32 adds). Triton's combine pass turns
+    ``acc + dot(a, b, 0)`` into ``dot(a, b, acc)``; the NVFP4 kernel once did exactly that and
+    was a few ulp off on an H200. Checked on the compiled IR for sm_90."""
+    spec = next((s for s in SPECS if s[0] == "triton_gemm" and s[1] == spec_id), None)
+    if spec is None:
+        pytest.skip(f"no {spec_id} in triton_gemm.aot_specs()")
+    asm = _build("sm_90", spec[2], spec[3], spec[4])
+    for stage in ("ttir", "ttgir"):
+        acc = _dot_accumulators(asm[stage])
+        assert acc, f"no dot found in {stage}"
+        assert all(acc), f"{stage}: a dot accumulates into a non-zero value: {acc}"
+
+
+def test_dot_accumulator_check_can_fail():
+    """The IR check above does catch a folded accumulator (a planted kernel that adds the dot
+    straight into the running sum)."""
+    import triton.language as tl
+
+    @triton.jit
+    def folded(a_ptr, b_ptr, out_ptr, N: tl.constexpr):
+        r = tl.arange(0, 16)
+        acc = tl.full((16, 16), 0.0, tl.float32)
+        for j in range(N):
+            a = tl.load(a_ptr + r[:, None] * 16 + r[None, :] + j)
+            b = tl.load(b_ptr + r[:, None] * 16 + r[None, :] + j)
+            acc = acc + tl.dot(a, b)
+        tl.store(out_ptr + r[:, None] * 16 + r[None, :], acc)
+
+    sig = {"a_ptr": "*bf16", "b_ptr": "*bf16", "out_ptr": "*fp32", "N": "constexpr"}
+    asm = _build("sm_90", folded, sig, {"N": 4})
+    assert not all(_dot_accumulators(asm["ttgir"]))
