@@ -56,7 +56,9 @@ def device_info():
                      "--format=csv,noheader"),
         "cuda": torch.version.cuda, "torch": torch.__version__, "triton": triton.__version__,
         "python": platform.python_version(), "host_cpu": platform.processor() or platform.machine(),
-        "commit": sh(f"git -C {ROOT} rev-parse HEAD") or os.environ.get("MXREF_COMMIT", "?"),
+        # a commit written into the tree by the caller wins: the device machine's copy of .git
+        # can be stale (seen: the session-start HEAD)
+        "commit": os.environ.get("MXREF_COMMIT") or sh(f"git -C {ROOT} rev-parse HEAD") or "?",
     }
 
 
