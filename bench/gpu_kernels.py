@@ -282,7 +282,8 @@ class Run:
         def run(mode):
             return gm.mx_gemm(A[0], A[1], B[0], B[1], "mxfp4", "mxfp4", mode=mode)
 
-        for mode, contract in (("block_sequential", "block_sequential"), ("fast", "bound")):
+        for mode, contract in (("block_sequential", "block_sequential"), ("fast", "bound"),
+                               ("fast_fused", "bound")):
             name = f"MXFP4 GEMM {n}^3 {mode}"
             try:
                 y = run(mode)[:rows].cpu().numpy()

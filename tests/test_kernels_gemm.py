@@ -295,9 +295,11 @@ def check_gemm_codes(y, ac, asc, fa, bc, bsc, fb, ts=None):
     return True
 
 
+@pytest.mark.parametrize("mode", ["fast", "fast_fused"])
 @pytest.mark.parametrize("fa,fb", BOUND_PAIRS + EXACT_PAIRS)
 @pytest.mark.parametrize("pool", ["moderate", "edges"])
-def test_fast_within_bound(gd, fa, fb, pool):
+def test_fast_within_bound(gd, fa, fb, pool, mode):
+    """Both fast variants (operands decoded once to bf16, or decoded in the K loop)."""
     g, dev = gd
     rng = np.random.default_rng(hash((fa, fb, pool)) % 2**32)
     M, N, K = 40, 24, 160
@@ -305,7 +307,7 @@ def test_fast_within_bound(gd, fa, fb, pool):
     ac, asc = rand_operand(rng, fa, M, K, sp)
     bc, bsc = rand_operand(rng, fb, N, K, sp)
     ts = {"a_tensor_scale": 0.375, "b_tensor_scale": 5.0} if fa == "nvfp4" else {}
-    y = run(g, dev, ac, asc, fa, bc, bsc, fb, ts=ts, mode="fast", block_k=64)
+    y = run(g, dev, ac, asc, fa, bc, bsc, fb, ts=ts, mode=mode, block_k=64)
     assert check_gemm_codes(y, ac, asc, fa, bc, bsc, fb, ts)
 
 
@@ -546,3 +548,30 @@ def test_aot_compiles(compiled_gemm, target, spec_id):
 def test_aot_specs_cover_every_kernel():
     from mxkernels import triton_gemm
     assert {s[1] for s in triton_gemm.aot_specs()} == set(triton_gemm.KERNELS.values())
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "mxfp8_e5m2", "mxint8"])
+def test_mx_to_bf16_is_the_rounded_exact_value(g, fmt):
+    """The fast path's operand pre-pass: every element equals the exact decoded value
+    (element value x 2^(scale - 127) in float64, exact) rounded to bf16 by ml_dtypes (RNE,
+    gradual underflow), with the edge scale bytes 0x00..0x03, 0xF4..0xFE and 0xFF (NaN)."""
+    ml = pytest.importorskip("ml_dtypes")
+    from mxref.formats import get_format
+    rng = np.random.default_rng(5)
+    codes, scales = rand_operand(rng, fmt, 24, 64, EDGE_POOL + [0xFF])
+    got = g.mx_to_bf16(torch.from_numpy(scales), torch.from_numpy(codes), fmt)
+    el = get_format(fmt).element
+    table = el.value_table() if callable(el.value_table) else el.value_table
+    vals = np.asarray(table, np.float64)[codes]
+    if fmt != "mxint8":          # the sign bit's zero is -0 (the table may hold +0 for it)
+        neg = (codes >> (el.bits - 1)) & 1
+        vals = np.where(vals == 0, np.where(neg == 1, -0.0, 0.0), vals)
+    s = np.repeat(scales.astype(np.int64), 32, axis=1)[:, :codes.shape[1]]
+    exact = np.ldexp(vals, s - 127)
+    exact[s == 255] = np.nan
+    want = exact.astype(ml.bfloat16).view(np.uint16)
+    have = got.view(torch.int16).numpy().view(np.uint16)
+    nan = np.isnan(exact)
+    assert nan.any() and (~nan).any()
+    np.testing.assert_array_equal(have[~nan], want[~nan])
+    assert np.isnan(got.float().numpy()[nan]).all()
