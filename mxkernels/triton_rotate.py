@@ -46,6 +46,7 @@ import torch
 import triton
 import triton.language as tl
 
+from mxkernels.triton_sr import _philox4 as _philox_word0  # Philox4x32-10, word 0
 from mxkernels.triton_quant import (
     KernelUnsupported,
     _as_bits,
@@ -90,37 +91,9 @@ _F32_MAX: tl.constexpr = tl.constexpr(0x7F7FFFFF)
 _F32_E4M3_TINY: tl.constexpr = tl.constexpr(0x3C800000)    # 2^-6
 _F32_448: tl.constexpr = tl.constexpr(0x43E00000)
 
-# Philox4x32-10 constants (triton/language/random.py, Random123)
-_PHILOX_KEY_A: tl.constexpr = tl.constexpr(0x9E3779B9)
-_PHILOX_KEY_B: tl.constexpr = tl.constexpr(0xBB67AE85)
-_PHILOX_ROUND_A: tl.constexpr = tl.constexpr(0xD2511F53)
-_PHILOX_ROUND_B: tl.constexpr = tl.constexpr(0xCD9E8D57)
-
-
 # =========================================================================================
 # device helpers
 # =========================================================================================
-@triton.jit
-def _philox_word0(c0, c1, c2, c3, k0, k1):
-    """Word 0 of Philox4x32-10 (uint32 tensors in, uint32 out), the algorithm of
-    triton.language.random.philox_impl: 10 rounds, round constants 0xD2511F53 / 0xCD9E8D57,
-    key increments 0x9E3779B9 / 0xBB67AE85."""
-    ra = tl.full(c0.shape, _PHILOX_ROUND_A, tl.uint32)
-    rb = tl.full(c0.shape, _PHILOX_ROUND_B, tl.uint32)
-    ka = tl.full(c0.shape, _PHILOX_KEY_A, tl.uint32)
-    kb = tl.full(c0.shape, _PHILOX_KEY_B, tl.uint32)
-    for _ in tl.static_range(10):
-        _c0 = c0
-        _c2 = c2
-        c0 = tl.umulhi(rb, _c2) ^ c1 ^ k0
-        c2 = tl.umulhi(ra, _c0) ^ c3 ^ k1
-        c1 = rb * _c2
-        c3 = ra * _c0
-        k0 = k0 + ka
-        k1 = k1 + kb
-    return c0
-
-
 @triton.jit
 def _chunk_tile(rows_per_t, n_t, n_cols, n_chunk, W: tl.constexpr, ROWS: tl.constexpr,
                 TPACK: tl.constexpr):

@@ -46,14 +46,17 @@ _PHILOX_KB: tl.constexpr = tl.constexpr(0xBB67AE85)
 # Philox4x32-10, first output word
 # =========================================================================================
 @triton.jit
-def _philox_word0(c0, k0, k1):
-    """First word of Philox4x32-10 on counter (c0, 0, 0, 0) with key (k0, k1): c0 a uint32
-    tensor, k0/k1 uint32 (scalars or tensors). Same rounds as triton.language.philox_impl."""
-    c1 = c0 * 0
-    c2 = c1
-    c3 = c1
-    k0 = c1 + k0                      # keys as tensors: wrap-around adds, never scalar warnings
-    k1 = c1 + k1
+def _philox4(c0, c1, c2, c3, k0, k1):
+    """Word 0 of Philox4x32-10 on counter (c0, c1, c2, c3) with key (k0, k1): c0 a uint32
+    tensor; the others uint32 scalars or tensors. Same rounds as triton.language.philox_impl
+    (round constants 0xD2511F53 / 0xCD9E8D57, key increments 0x9E3779B9 / 0xBB67AE85). Shared
+    with triton_rotate (random sign vectors)."""
+    z = c0 * 0
+    c1 = z + c1                       # everything as tensors: wrap-around uint32 arithmetic
+    c2 = z + c2
+    c3 = z + c3
+    k0 = z + k0
+    k1 = z + k1
     for _ in tl.static_range(10):
         _c0 = c0
         _c2 = c2
@@ -64,6 +67,12 @@ def _philox_word0(c0, k0, k1):
         k0 = k0 + _PHILOX_KA
         k1 = k1 + _PHILOX_KB
     return c0
+
+
+@triton.jit
+def _philox_word0(c0, k0, k1):
+    """First word of Philox4x32-10 on counter (c0, 0, 0, 0) with key (k0, k1)."""
+    return _philox4(c0, 0, 0, 0, k0, k1)
 
 
 @triton.jit
