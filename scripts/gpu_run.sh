@@ -5,7 +5,8 @@
 # stages (default: all): env tests verify bench
 #   env     device facts (nvidia-smi, versions)
 #   tests   the kernel test files on the GPU (tests/test_kernels_*.py, tests/test_triton_backend.py)
-#   verify  mxref verify --backend triton over the whole L1 corpus, every op the kernels claim
+#   verify  mxref verify --backend triton over L0+L1, every op the kernels claim, one process
+#           per op group in parallel (scripts/gpu_verify_parallel.sh; VERIFY_TIMEOUT, default 500 s)
 #   bench   bench/gpu_kernels.py (checks each kernel against mxref, then times it)
 # Everything is logged to OUTDIR; the script continues past a failing stage and exits non-zero
 # if any stage failed.
@@ -37,9 +38,7 @@ for s in $STAGES; do
       tail -5 "$OUT/tests.log" ;;
     verify)
       stage verify
-      python3 -m mxref.cli verify --backend triton --level 0 --level 1 --max-errors 50 \
-        --json-out "$OUT/verify_triton.json" >"$OUT/verify.log" 2>&1 || rc=1
-      tail -40 "$OUT/verify.log" ;;
+      bash scripts/gpu_verify_parallel.sh "$OUT/verify" "${VERIFY_TIMEOUT:-500}" || rc=1 ;;
     bench)
       stage bench
       python3 bench/gpu_kernels.py --out "$OUT/gpu_kernels.json" ${BENCH_ARGS:-} \
