@@ -38,7 +38,7 @@ for s in $STAGES; do
       tail -5 "$OUT/tests.log" ;;
     verify)
       stage verify
-      bash scripts/gpu_verify_parallel.sh "$OUT/verify" "${VERIFY_TIMEOUT:-500}" || rc=1 ;;
+      bash scripts/gpu_verify_parallel.sh "$OUT" "${VERIFY_TIMEOUT:-500}" || rc=1 ;;
     bench)
       stage bench
       python3 bench/gpu_kernels.py --out "$OUT/gpu_kernels.json" ${BENCH_ARGS:-} \

@@ -6,7 +6,7 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: gpu_verify_parallel.sh OUTDIR [TIMEOUT_S]}
 T=${2:-420}
-mkdir -p "$OUT"
+mkdir -p "$OUT/parts"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 unset TRITON_INTERPRET
 GROUPS_=(quantize_mx quantize_mx_tensor,quantize_nvfp4,convert,dequantize,pack rotate
@@ -15,7 +15,7 @@ pids=()
 for g in "${GROUPS_[@]}"; do
   name=${g%%,*}
   timeout "$T" python3 -m mxref.cli verify --backend triton --level 0 --level 1 --ops "$g" \
-    --max-errors 30 --json-out "$OUT/verify_$name.json" >"$OUT/verify_$name.log" 2>&1 &
+    --max-errors 30 --json-out "$OUT/parts/verify_$name.json" >"$OUT/parts/verify_$name.log" 2>&1 &
   pids+=($!)
 done
 rc=0
@@ -24,5 +24,28 @@ for i in "${!pids[@]}"; do
   [ $r -ne 0 ] && rc=1
   echo "${GROUPS_[$i]}: exit $r"
 done
-grep -h "^Summary\|^check " "$OUT"/verify_*.log
+# one JSON and one log (the device tool returns few files): per group its exit status, summary
+# and the first mismatch records
+python3 - "$OUT" <<'PY'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+doc = {}
+for log in sorted((out / "parts").glob("verify_*.log")):
+    name = log.stem[len("verify_"):]
+    js = log.with_suffix(".json")
+    if js.exists():
+        d = json.loads(js.read_text())
+        doc[name] = {"exit_code": d.get("exit_code"), "summary": d.get("summary"),
+                     "backend": d.get("backend"), "mismatches": d.get("mismatches", [])[:30],
+                     "errors": d.get("errors", [])[:30], "notes": d.get("notes", [])[:30]}
+    else:
+        doc[name] = {"exit_code": None, "summary": "no report (timed out or crashed)",
+                     "log_tail": log.read_text()[-3000:]}
+(out / "verify_all.json").write_text(json.dumps(doc, indent=1))
+with open(out / "verify_all.log", "w") as f:
+    for log in sorted((out / "parts").glob("verify_*.log")):
+        f.write(f"===== {log.name}\n" + log.read_text()[-20000:] + "\n")
+PY
+grep -h "^Summary\|^check " "$OUT"/parts/verify_*.log
 exit $rc
