@@ -328,6 +328,7 @@ class TritonBackend(Backend):
         if fmt not in FORMATS or FORMATS[fmt].is_nvfp4:
             raise Unsupported(f"quantize_mx takes an MX format, not {fmt!r}")
         self._check_profile(profile, fmt)
+        self.check_available()
         x = self._src(src, src_dtype)
         fast = self._tq.modules.get("triton_fast")
         if fast is not None and x.ndim == 2 and fast.supports(fmt, profile, src_dtype, axis):
