@@ -480,8 +480,8 @@ MUTATIONS = {
 
 
 def _mutant(name):
-    """An interpreted copy of triton_rotate with one planted bug (its triton_quant imports
-    bound to the interpreted copies, as the loader does)."""
+    """An interpreted copy of triton_rotate with one planted bug (its triton_quant and
+    triton_sr imports bound to the interpreted copies, as the loader does)."""
     from mxref.backends.triton_backend import load_kernels
     ks = load_kernels(True)
     old, new = MUTATIONS[name]
@@ -492,9 +492,11 @@ def _mutant(name):
         src = src.replace("y = (v * c).to(tl.int32, bitcast=True)",
                           "y = (v * c.to(tl.float64)).to(tl.float32).to(tl.int32, bitcast=True)")
     prev = os.environ.get("TRITON_INTERPRET")
-    saved = sys.modules.get("mxkernels.triton_quant")
+    deps = ("mxkernels.triton_quant", "mxkernels.triton_sr")   # what triton_rotate imports
+    saved = {d: sys.modules.get(d) for d in deps}
     os.environ["TRITON_INTERPRET"] = "1"
-    sys.modules["mxkernels.triton_quant"] = ks["triton_quant"]
+    for d in deps:
+        sys.modules[d] = ks[d.rsplit(".", 1)[1]]
     try:
         mod = type(sys)(f"triton_rotate_mutant_{name}")
         mod.__file__ = f"<mutant {name}>"
@@ -504,10 +506,11 @@ def _mutant(name):
             os.environ.pop("TRITON_INTERPRET", None)
         else:
             os.environ["TRITON_INTERPRET"] = prev
-        if saved is None:
-            sys.modules.pop("mxkernels.triton_quant", None)
-        else:
-            sys.modules["mxkernels.triton_quant"] = saved
+        for d, m in saved.items():
+            if m is None:
+                sys.modules.pop(d, None)
+            else:
+                sys.modules[d] = m
     return mod
 
 
