@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import glob
 import os
-import shutil
 from pathlib import Path
 
 import numpy as np
@@ -486,68 +485,7 @@ def test_dot_scaled_peer_runs(g):
 
 
 # ---- ahead-of-time compilation (no GPU needed) ----------------------------------------------
-AOT_TARGETS = {"sm_90": ("nvidia", ("cuda", 90, 32)), "gfx942": ("amd", ("hip", "gfx942", 64)),
-               "gfx950": ("amd", ("hip", "gfx950", 64))}
 
-
-def _aot_specs():
-    from mxkernels import triton_gemm
-    return [s[0] for s in triton_gemm.aot_specs()]
-
-
-@pytest.fixture(scope="module")
-def compiled_gemm(tmp_path_factory):
-    if INTERP:
-        pytest.skip("TRITON_INTERPRET=1: kernels cannot be compiled in this process")
-    prev = os.environ.get("TRITON_CACHE_DIR")
-    os.environ["TRITON_CACHE_DIR"] = str(tmp_path_factory.mktemp("triton_cache_gemm"))
-    from mxref.backends.triton_backend import load_kernels
-    yield load_kernels(False)["triton_gemm"]
-    if prev is None:
-        os.environ.pop("TRITON_CACHE_DIR", None)
-    else:
-        os.environ["TRITON_CACHE_DIR"] = prev
-
-
-def _missing(vendor):
-    try:
-        from triton.backends import backends
-    except ImportError as e:
-        return str(e)
-    if vendor not in backends:
-        return f"no {vendor} backend in triton {triton.__version__}"
-    if vendor == "nvidia":
-        bundled = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
-        if not (os.environ.get("TRITON_PTXAS_PATH") or bundled.exists() or shutil.which("ptxas")):
-            return "no ptxas"
-    return None
-
-
-@pytest.mark.filterwarnings("ignore:TRITON_DEFAULT_FP_FUSION is unset")
-@pytest.mark.parametrize("target", list(AOT_TARGETS))
-@pytest.mark.parametrize("spec_id", _aot_specs())
-def test_aot_compiles(compiled_gemm, target, spec_id):
-    try:
-        from triton.backends.compiler import GPUTarget
-        from triton.compiler import ASTSource
-    except ImportError as e:
-        pytest.skip(f"no AOT API: {e}")
-    vendor, tgt = AOT_TARGETS[target]
-    why = _missing(vendor)
-    if why:
-        pytest.skip(why)
-    spec = {s[0]: s for s in compiled_gemm.aot_specs()}[spec_id]
-    _, fn, sig, ce = spec
-    assert type(fn).__name__ == "JITFunction"
-    out = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=ce), target=GPUTarget(*tgt),
-                         options={"enable_fp_fusion": False})
-    blob = out.asm["hsaco" if vendor == "amd" else "cubin"]
-    assert isinstance(blob, bytes) and blob[:4] == b"\x7fELF"
-
-
-def test_aot_specs_cover_every_kernel():
-    from mxkernels import triton_gemm
-    assert {s[1] for s in triton_gemm.aot_specs()} == set(triton_gemm.KERNELS.values())
 
 
 @pytest.mark.parametrize("fmt", ["mxfp4", "mxfp8_e5m2", "mxint8"])
