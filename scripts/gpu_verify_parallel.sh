@@ -2,6 +2,9 @@
 # mxref verify --backend triton over L0+L1, one process per op group in parallel (Triton compiles
 # each format x profile x dtype variant once; on a 16-core GPU host this cuts the wall time
 # several-fold). Usage: bash scripts/gpu_verify_parallel.sh OUTDIR [TIMEOUT_S]
+# VERIFY_GROUPS (space-separated) overrides the groups; a group is OPS[:FORMATS], both
+# comma lists, e.g. "quantize_mx:mxfp4 gemm:mxfp4,mxint8 rotated_gemm" (a GEMM file is selected
+# when either operand's format is listed).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${1:?usage: gpu_verify_parallel.sh OUTDIR [TIMEOUT_S]}
@@ -9,12 +12,20 @@ T=${2:-420}
 mkdir -p "$OUT/parts"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
 unset TRITON_INTERPRET
-GROUPS_=(quantize_mx quantize_mx_tensor,quantize_nvfp4,convert,dequantize,pack rotate
-         quantize_rotated gemm rotated_gemm quantize_mx_sr mxfp4_to_fp8,fp8_to_mxfp4,reblock)
+if [ -n "${VERIFY_GROUPS:-}" ]; then
+  read -r -a GROUPS_ <<<"$VERIFY_GROUPS"
+else
+  GROUPS_=(quantize_mx quantize_mx_tensor,quantize_nvfp4,convert,dequantize,pack rotate
+           quantize_rotated gemm rotated_gemm quantize_mx_sr mxfp4_to_fp8,fp8_to_mxfp4,reblock)
+fi
 pids=()
 for g in "${GROUPS_[@]}"; do
-  name=${g%%,*}
-  timeout "$T" python3 -m mxref.cli verify --backend triton --level 0 --level 1 --ops "$g" \
+  ops=${g%%:*}
+  fmts=()
+  [ "$ops" != "$g" ] && fmts=(--format "${g#*:}")
+  name=${ops%%,*}
+  [ "$ops" != "$g" ] && name="${name}_${g#*:}" && name=${name//,/_}
+  timeout "$T" python3 -m mxref.cli verify --backend triton --level 0 --level 1 --ops "$ops" "${fmts[@]}" \
     --max-errors 30 --json-out "$OUT/parts/verify_$name.json" >"$OUT/parts/verify_$name.log" 2>&1 &
   pids+=($!)
 done
