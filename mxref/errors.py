@@ -41,3 +41,15 @@ class ProfileConflictError(MXRefError, ValueError):
 
 class ShapeError(MXRefError, ValueError):
     """Arrays whose shapes do not fit together (codes vs scales, layouts)."""
+
+
+class UnknownRecipeError(MXRefError, KeyError):
+    """A training recipe name that is not in :data:`mxkernels.training.recipes.RECIPES`."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class RecipeError(MXRefError, ValueError):
+    """A training recipe whose options are invalid or cannot be combined (format, profile,
+    rounding, Hadamard size, operand source)."""

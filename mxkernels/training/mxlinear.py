@@ -1,0 +1,394 @@
+"""MXLinear: an nn.Linear whose three GEMMs run on quantized operands per a Recipe.
+
+``y = x W^T + b``. Each GEMM (recipes module docstring: fprop, dgrad, wgrad) is computed as
+quantize -> dequantize to exact values -> torch.matmul with fp32 accumulation (fp32 operands on
+CPU; bf16 operands on CUDA when every value is exactly a bf16 number, else fp32), with the NVFP4
+tensor scales and vector-wise row scales applied after the product (an epilogue, as hardware
+does; training_anchors pitfall 8). ``gemm="block_sequential"`` calls torch.ops.mxkernels.gemm.
+
+Backends: "torch" (mxkernels.torch_emu, any device), "triton" (torch.ops.mxkernels.*, CUDA; the
+CPU interpreter works but is slow), "auto" (triton for CUDA tensors, else torch). Both are
+bit-exact with mxref; the block Hadamard is a torch butterfly bit-exact with mxref.rotate.
+
+``weight`` and ``bias`` are ordinary Parameters. ``step`` (set by :func:`set_step`) and
+``layer_id`` (set by :func:`swap_linears`) seed the random Hadamard signs and the SR streams:
+signs = mxref.sign_vector("random", n, seed=recipe.seed, step=step, tensor_id=4 * layer_id +
+gemm index); SR words = mxref.random_bits(shape, mix_seed(recipe.seed, layer_id, step, gemm
+index, operand index)).
+"""
+from __future__ import annotations
+
+import fnmatch
+import re
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from mxref.errors import RecipeError
+from mxref.formats import get_format
+
+from . import quant as Q
+from .recipes import GEMMS, GemmSpec, OperandSpec, Recipe, get_recipe
+
+__all__ = ["MXLinear", "swap_linears", "set_step", "quant_timer", "QuantTimer", "BACKENDS",
+           "DEFAULT_SKIP"]
+
+BACKENDS = ("auto", "torch", "triton")
+DEFAULT_SKIP = ("lm_head", "*embed*", "router", "gate", "score")
+quant_timer = Q.quant_timer
+QuantTimer = Q.QuantTimer
+_GEMM_INDEX = {g: i for i, g in enumerate(GEMMS)}
+
+
+def _resolve_backend(backend: str, device: torch.device) -> str:
+    if backend not in BACKENDS:
+        raise RecipeError(f"backend={backend!r}; use one of {BACKENDS}")
+    if backend == "auto":
+        return "triton" if device.type == "cuda" else "torch"
+    return backend
+
+
+class MXLinear(torch.nn.Module):
+    """Drop-in nn.Linear with quantized GEMMs (see the module docstring)."""
+
+    def __init__(self, in_features: int, out_features: int, bias: bool = True, *,
+                 recipe: Recipe | str = "bf16", backend: str = "auto", device=None, dtype=None):
+        super().__init__()
+        self.in_features = in_features
+        self.out_features = out_features
+        self.weight = torch.nn.Parameter(torch.empty(out_features, in_features, device=device,
+                                                     dtype=dtype))
+        if bias:
+            self.bias = torch.nn.Parameter(torch.empty(out_features, device=device, dtype=dtype))
+        else:
+            self.register_parameter("bias", None)
+        self.recipe = get_recipe(recipe)
+        if backend not in BACKENDS:
+            raise RecipeError(f"backend={backend!r}; use one of {BACKENDS}")
+        self.backend = backend
+        self.step = 0
+        self.layer_id = 0
+        self.name = ""
+        self._capture = None          # validate.capture_next arms it
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        torch.nn.Linear.reset_parameters(self)   # same init as nn.Linear
+
+    @classmethod
+    def from_linear(cls, linear: torch.nn.Linear, recipe, *, backend: str = "auto"
+                    ) -> "MXLinear":
+        """An MXLinear sharing ``linear``'s weight and bias Parameters (same tensors)."""
+        m = cls.__new__(cls)
+        torch.nn.Module.__init__(m)
+        m.in_features, m.out_features = linear.in_features, linear.out_features
+        m.weight = linear.weight
+        if linear.bias is not None:
+            m.bias = linear.bias
+        else:
+            m.register_parameter("bias", None)
+        m.recipe = get_recipe(recipe)
+        if backend not in BACKENDS:
+            raise RecipeError(f"backend={backend!r}; use one of {BACKENDS}")
+        m.backend = backend
+        m.step, m.layer_id, m.name, m._capture = 0, 0, "", None
+        return m
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, "
+                f"bias={self.bias is not None}, recipe={self.recipe.name}, backend={self.backend}")
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.recipe.quantized and self._capture is None:
+            return F.linear(x, self.weight, self.bias)
+        return _MXLinearFn.apply(x, self.weight, self.bias, self)
+
+
+# ---- the three GEMMs ------------------------------------------------------------------------
+class _Ctx:
+    """Per-call state: the layer's recipe, backend, seeds, capture sink."""
+
+    def __init__(self, layer: MXLinear, device: torch.device):
+        self.layer = layer
+        self.recipe = layer.recipe
+        self.backend = _resolve_backend(layer.backend, device)
+        self.step = int(layer.step)
+        self.layer_id = int(layer.layer_id)
+        self.capture = layer._capture
+
+    def signs(self, gemm: str, g: GemmSpec, device) -> np.ndarray | None:
+        if g.hadamard == "none":
+            return None
+        return Q.hadamard_signs(g.hadamard, g.hadamard_n, seed=self.recipe.seed, step=self.step,
+                                tensor_id=4 * self.layer_id + _GEMM_INDEX[gemm])
+
+    def sr_seed(self, gemm: str, side: str) -> int:
+        return Q.mix_seed(self.recipe.seed, self.layer_id, self.step, _GEMM_INDEX[gemm],
+                          0 if side == "a" else 1)
+
+
+def _pad_to(t: torch.Tensor, mult: int) -> torch.Tensor:
+    c = t.shape[-1]
+    r = (-c) % mult
+    return torch.nn.functional.pad(t, (0, r)) if r else t
+
+
+def _np(t):
+    return None if t is None else t.detach().cpu().numpy().copy()
+
+
+def _operand(ctx: _Ctx, gemm: str, side: str, t: torch.Tensor, spec: OperandSpec,
+             signs_t: torch.Tensor | None, n: int, rec: dict | None):
+    """Rotate (if the GEMM rotates) and quantize one operand; returns (QOperand or None, hp
+    tensor fed to the GEMM when unquantized)."""
+    t = t.to(torch.float32).contiguous()
+    if rec is not None:
+        rec["input"] = _np(t)
+    if signs_t is not None:
+        t = Q.rotate(t, n, signs_t)
+    if spec.fmt is None:
+        return None, t
+    seed = ctx.sr_seed(gemm, side) if spec.rounding == "sr" else None
+    q = Q.quantize_operand(t, spec, ctx.backend, sr_seed=seed)
+    if rec is not None:
+        rec.update(sr_seed=seed, scales=_np(q.scales), codes=_np(q.codes),
+                   tensor_scale=None if q.tensor_scale is None else float(q.tensor_scale),
+                   row_scale=_np(q.row_scale),
+                   extra={k: (_np(v) if isinstance(v, torch.Tensor) else v)
+                          for k, v in q.extra.items()})
+    return q, t
+
+
+def run_gemm(ctx: _Ctx, gemm: str, a: torch.Tensor, b: torch.Tensor,
+             fwd: dict | None = None) -> torch.Tensor:
+    """out = A . B^T for 2-D a [M, C], b [P, C] under the recipe's GemmSpec for ``gemm``.
+    ``fwd``: collects the forward QOperands (fprop only)."""
+    g: GemmSpec = getattr(ctx.recipe, gemm)
+    rec = None
+    if ctx.capture is not None:
+        rec = ctx.capture.setdefault(gemm, {"a": {}, "b": {}})
+    signs = ctx.signs(gemm, g, a.device)
+    signs_t = None
+    if signs is not None:
+        signs_t = torch.from_numpy(signs.astype(np.float32)).to(a.device)
+        a, b = _pad_to(a, g.hadamard_n), _pad_to(b, g.hadamard_n)
+        if rec is not None:
+            rec["signs"] = signs.copy()
+            rec["hadamard_n"] = g.hadamard_n
+    qa, ta = _operand(ctx, gemm, "a", a, g.a, signs_t, g.hadamard_n,
+                      None if rec is None else rec["a"])
+    qb, tb = _operand(ctx, gemm, "b", b, g.b, signs_t, g.hadamard_n,
+                      None if rec is None else rec["b"])
+    if fwd is not None:
+        fwd.update(qa=qa, qb=qb, ta=ta, tb=tb, signs_t=signs_t)
+    if g.gemm == "block_sequential":
+        out = torch.ops.mxkernels.gemm(qa.scales, qa.codes, qb.scales, qb.codes, g.a.fmt,
+                                       g.b.fmt, "block_sequential")
+    else:
+        va = ta if qa is None else qa.values
+        vb = tb if qb is None else qb.values
+        exact16 = (qa is None or qa.bf16_exact) and (qb is None or qb.bf16_exact)
+        if va.device.type == "cuda" and exact16 and (qa is not None or ta.dtype == torch.bfloat16
+                                                      ) and (qb is not None or
+                                                             tb.dtype == torch.bfloat16):
+            out = _mm_bf16_f32(va, vb.t())
+        else:
+            out = torch.matmul(va, vb.t())
+        for q, axis in ((qa, 0), (qb, 1)):
+            if q is not None and q.row_scale is not None:
+                out = out * (q.row_scale[:, None] if axis == 0 else q.row_scale[None, :])
+        tsa = None if qa is None else qa.tensor_scale
+        tsb = None if qb is None else qb.tensor_scale
+        if tsa is not None or tsb is not None:
+            alpha = (tsa if tsa is not None else 1.0) * (tsb if tsb is not None else 1.0)
+            out = out * alpha
+    if rec is not None:
+        rec["out"] = _np(out)
+        rec["spec"] = g
+    # OCC compensation: the clamped-off residual times the other (high-precision) operand
+    for q, other, axis in ((qa, b, 0), (qb, a, 1)):
+        if q is not None and "occ_residual" in q.extra:
+            r = q.extra["occ_residual"]
+            comp = r @ other.to(torch.float32).t() if axis == 0 else \
+                other.to(torch.float32) @ r.t()
+            out = out + comp
+    return out
+
+
+_BF16_MM = [True]
+
+
+def _mm_bf16_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """bf16 x bf16 -> fp32 output (fp32 accumulation) where torch has mm(out_dtype=); else
+    the fp32 matmul of the same (exact) values."""
+    if _BF16_MM[0]:
+        try:
+            return torch.mm(a.to(torch.bfloat16), b.to(torch.bfloat16), out_dtype=torch.float32)
+        except (RuntimeError, TypeError, NotImplementedError):
+            _BF16_MM[0] = False
+    return torch.mm(a.to(torch.float32), b.to(torch.float32))
+
+
+def _dge_factor(w_scaled: torch.Tensor, k: float) -> torch.Tensor:
+    """MS-FP4 DGE derivative f'(x) = (1/k) |2 (x - a) / delta - 1|^(1/k - 1), clipped at 3,
+    on the E2M1 intervals (delta 0.5 on [0, 2], 1 on [2, 4], 2 on [4, 6]); training_anchors
+    B.6."""
+    ax = w_scaled.abs().clamp(max=6.0)
+    delta = torch.where(ax < 2, torch.full_like(ax, 0.5),
+                        torch.where(ax < 4, torch.ones_like(ax), torch.full_like(ax, 2.0)))
+    lo = torch.where(ax < 2, torch.zeros_like(ax), torch.where(ax < 4, torch.full_like(ax, 2.0),
+                                                                torch.full_like(ax, 4.0)))
+    a = lo + torch.floor((ax - lo) / delta) * delta
+    u = (2 * (ax - a) / delta - 1).abs()
+    with torch.no_grad():
+        d = (1.0 / k) * u.pow(1.0 / k - 1.0)
+    return torch.clamp(torch.nan_to_num(d, posinf=3.0), max=3.0)
+
+
+class _MXLinearFn(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx, x, weight, bias, layer):
+        c = _Ctx(layer, x.device)
+        r = c.recipe
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        fwd: dict = {}
+        y = run_gemm(c, "fprop", x2, weight, fwd)
+        if bias is not None:
+            y = y + bias.to(torch.float32)
+        # what the backward needs
+        saved_x = saved_w = None
+        x_store = None
+        if r.dgrad.b.source == "fwd":
+            saved_w = _fwd_value(fwd["qb"], fwd["tb"])
+        if r.wgrad.b.source == "fwd":
+            saved_x = _fwd_value(fwd["qa"], fwd["ta"])
+        elif r.save_activations is not None:
+            x_store = _store_activation(x2, r.save_activations, c.backend)
+        dge = None
+        if r.fprop.b.dge_k is not None and fwd["qb"] is not None:
+            dge = _dge_factor(fwd["qb"].extra["scaled"], r.fprop.b.dge_k)
+        ctx.c = c
+        ctx.shape = shape
+        ctx.fwd_signs = fwd["signs_t"]
+        ctx.x_store = x_store
+        ctx.has_bias = bias is not None
+        ctx.w_dtype = weight.dtype
+        ctx.save_for_backward(
+            x2 if (saved_x is None and x_store is None) else saved_x,
+            weight if saved_w is None else saved_w, dge)
+        ctx.saved_kinds = ("hp" if saved_x is None and x_store is None else
+                           ("fwd" if saved_x is not None else "store"),
+                           "hp" if saved_w is None else "fwd")
+        return y.to(x.dtype).reshape(*shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy):
+        c: _Ctx = ctx.c
+        r = c.recipe
+        xs, ws, dge = ctx.saved_tensors
+        dy2 = dy.reshape(-1, dy.shape[-1]).to(torch.float32)
+        n_fwd = r.fprop.hadamard_n
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            # dx = dy . W: B operand is W^T [K, N] (hp, or the forward copy in the forward basis)
+            dx = run_gemm(c, "dgrad", dy2, ws.t())
+            if ctx.saved_kinds[1] == "fwd" and ctx.fwd_signs is not None:
+                dx = Q.unrotate(dx, n_fwd, ctx.fwd_signs)
+            dx = dx[:, :ctx.shape[-1]].to(dy.dtype).reshape(ctx.shape)
+        if ctx.needs_input_grad[1]:
+            if ctx.saved_kinds[0] == "store":
+                xs = _load_activation(ctx.x_store, r.save_activations)
+            dw = run_gemm(c, "wgrad", dy2.t(), xs.t())
+            if ctx.saved_kinds[0] == "fwd" and ctx.fwd_signs is not None:
+                dw = Q.unrotate(dw, n_fwd, ctx.fwd_signs)
+            dw = dw[:, :ctx.shape[-1]]
+            if dge is not None:
+                dw = dw * dge
+            dw = dw.to(ctx.w_dtype)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = dy2.sum(0)
+        if c.capture is not None and "wgrad" in c.capture and "dgrad" in c.capture:
+            c.capture["complete"] = True
+            c.layer._capture_done = c.capture
+            c.layer._capture = None
+        return dx, dw, db, None
+
+
+def _fwd_value(q, t):
+    """The forward operand as the backward re-uses it (dequantized, fp32)."""
+    return t if q is None else q.full()
+
+
+def _store_activation(x2: torch.Tensor, fmt: str, backend: str):
+    """x [T, K] as MX codes + scales along K (what the backward keeps; packed for FP4)."""
+    from mxkernels import torch_emu as te
+    spec = OperandSpec(fmt=fmt)
+    q = Q.quantize_operand(x2.to(torch.float32).contiguous(), spec, backend)
+    codes = q.codes
+    packed = get_format(fmt).element.bits == 4 and x2.shape[-1] % 2 == 0
+    if packed:
+        codes = te.pack(codes, fmt)
+    return {"scales": q.scales, "codes": codes, "packed": packed, "k": x2.shape[-1]}
+
+
+def _load_activation(st: dict, fmt: str) -> torch.Tensor:
+    from mxkernels import torch_emu as te
+    codes = te.unpack(st["codes"], fmt, st["k"]) if st["packed"] else st["codes"]
+    with Q._section(codes.device):
+        return te.dequantize(st["scales"], codes, fmt, axis=-1).view(torch.float32)
+
+
+# ---- model surgery --------------------------------------------------------------------------
+def _skipped(name: str, skip) -> bool:
+    parts = name.split(".")
+    return any(fnmatch.fnmatchcase(p, pat) for p in parts for pat in skip)
+
+
+_IDX = re.compile(r"^\d+$")
+
+
+def _block_index(name: str) -> int | None:
+    for p in name.split("."):
+        if _IDX.match(p):
+            return int(p)
+    return None
+
+
+def swap_linears(model: torch.nn.Module, recipe, *, skip=DEFAULT_SKIP, backend: str = "auto"
+                 ) -> list[str]:
+    """Replace every nn.Linear of ``model`` by an MXLinear sharing its Parameters, in place.
+
+    Skipped: modules with a dotted-name component matching a ``skip`` pattern (fnmatch;
+    default lm_head, embeddings, the MoE router ``gate`` (not ``gate_proj``), ``score``), and
+    the linears of the first ``recipe.bf16_first`` / last ``recipe.bf16_last`` transformer
+    blocks (the first integer component of the name is the block index). Returns the swapped
+    qualified names, in module order; their ``layer_id`` is that order's index."""
+    recipe = get_recipe(recipe)
+    if backend not in BACKENDS:
+        raise RecipeError(f"backend={backend!r}; use one of {BACKENDS}")
+    cands = [(n, m) for n, m in model.named_modules()
+             if type(m) is torch.nn.Linear and not _skipped(n, skip)]
+    idx = [_block_index(n) for n, _ in cands]
+    known = [i for i in idx if i is not None]
+    nblocks = max(known) + 1 if known else 0
+    swapped = []
+    for (name, lin), bi in zip(cands, idx):
+        if bi is not None and (bi < recipe.bf16_first or bi >= nblocks - recipe.bf16_last):
+            continue
+        new = MXLinear.from_linear(lin, recipe, backend=backend)
+        new.layer_id = len(swapped)
+        new.name = name
+        parent_name, _, child = name.rpartition(".")
+        parent = model.get_submodule(parent_name) if parent_name else model
+        setattr(parent, child, new)
+        swapped.append(name)
+    return swapped
+
+
+def set_step(model: torch.nn.Module, step: int) -> None:
+    """Set ``.step`` on every MXLinear of ``model`` (seeds random signs and SR streams)."""
+    for m in model.modules():
+        if isinstance(m, MXLinear):
+            m.step = int(step)

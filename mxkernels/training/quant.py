@@ -1,0 +1,394 @@
+"""Operand quantizers of the training path: vectorized torch (any device) and Triton ops.
+
+Every function takes a 2-D fp32 operand ``t [R, C]`` blocked along its last axis (the GEMM's
+contraction axis) and returns a :class:`QOperand`: the values the GEMM multiplies plus what the
+in-run validation needs to recompute them with mxref (codes, scales, scale extras).
+
+Bit-exactness: the MX / NVFP4 quantizers are :mod:`mxkernels.torch_emu` (``backend="torch"``)
+or ``torch.ops.mxkernels.*`` (``backend="triton"``), both bit-exact with mxref. The block
+Hadamard (:func:`rotate`) is the butterfly of ``mxref.rotate(method="butterfly")`` written in
+torch fp32 ops in the same order (each add / multiply one IEEE RNE operation, no FMA), so it is
+bit-exact on CPU and on CUDA (torch does not flush subnormals unless asked to). The corrections
+(macro-block scaling, outlier fallback, vector-wise scaling) are torch re-implementations of
+mxref.corrections / the E2M1 grid, checked against mxref by :mod:`.validate`.
+"""
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from mxkernels import torch_emu as te
+from mxref.formats import get_format
+from mxref.profiles import get_profile
+
+from .recipes import OperandSpec
+
+__all__ = ["QOperand", "quantize_operand", "rotate", "unrotate", "sr_bits", "QuantTimer",
+           "quant_timer", "active_timer", "hadamard_signs", "mix_seed", "bf16_exact"]
+
+_I64 = torch.int64
+_MANT = 0x7FFFFF
+_INF = 0x7F800000
+
+
+# ---- timing ---------------------------------------------------------------------------------
+class QuantTimer:
+    """Accumulates the time spent in quantization (rotation, quantize, dequantize) while
+    active. CUDA: CUDA events around each section (no synchronization until :meth:`seconds`);
+    CPU: perf_counter."""
+
+    def __init__(self):
+        self.calls = 0
+        self._cpu_s = 0.0
+        self._events: list = []
+
+    def reset(self) -> None:
+        self.calls, self._cpu_s, self._events = 0, 0.0, []
+
+    def _start(self, device: torch.device):
+        if device.type == "cuda":
+            ev = torch.cuda.Event(enable_timing=True)
+            ev.record()
+            return ev
+        return time.perf_counter()
+
+    def _stop(self, start) -> None:
+        self.calls += 1
+        if isinstance(start, float):
+            self._cpu_s += time.perf_counter() - start
+        else:
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._events.append((start, end))
+
+    def seconds(self) -> float:
+        """Total seconds so far (synchronizes CUDA events once)."""
+        if self._events:
+            self._events[-1][1].synchronize()
+            self._cpu_s += sum(s.elapsed_time(e) for s, e in self._events) / 1e3
+            self._events = []
+        return self._cpu_s
+
+
+_ACTIVE: list = [None]
+
+
+def active_timer() -> QuantTimer | None:
+    return _ACTIVE[0]
+
+
+@contextmanager
+def quant_timer(timer: QuantTimer | None = None):
+    """``with quant_timer() as t: loss.backward(); t.seconds()``: time every quantization op of
+    every MXLinear inside the block. Without an active timer nothing is measured (one global
+    lookup per operand)."""
+    t = QuantTimer() if timer is None else timer
+    prev = _ACTIVE[0]
+    _ACTIVE[0] = t
+    try:
+        yield t
+    finally:
+        _ACTIVE[0] = prev
+
+
+@contextmanager
+def _section(device):
+    t = _ACTIVE[0]
+    if t is None:
+        yield
+        return
+    s = t._start(device)
+    try:
+        yield
+    finally:
+        t._stop(s)
+
+
+# ---- seeds and signs ------------------------------------------------------------------------
+def mix_seed(*parts: int) -> int:
+    """A 63-bit seed from integers (splitmix64 steps): SR streams of different (recipe seed,
+    layer, step, GEMM, operand) do not overlap in practice."""
+    z = 0x9E3779B97F4A7C15
+    for p in parts:
+        z = (z + (int(p) & 0xFFFFFFFFFFFFFFFF) + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
+        z ^= z >> 31
+    return z & 0x7FFFFFFFFFFFFFFF
+
+
+def hadamard_signs(kind: str, n: int, *, seed: int, step: int, tensor_id: int) -> np.ndarray:
+    """The int8 sign vector of a GemmSpec.hadamard kind (see recipes.GemmSpec)."""
+    from mxref.rotate import sign_vector
+    if kind == "deterministic":
+        return sign_vector("none", n)
+    if kind == "fixed_sign":
+        return sign_vector("te16", 16) if n == 16 else sign_vector("random", n, seed=seed)
+    if kind == "random":
+        return sign_vector("random", n, seed=seed, step=step % 2**32,
+                           tensor_id=tensor_id % 2**32)
+    raise ValueError(kind)
+
+
+def sr_bits(shape, seed: int, device) -> torch.Tensor:
+    """The uint32 words of mxref.random_bits(shape, seed, 0) as int64 on ``device``."""
+    from mxref.quantize import random_bits
+    return torch.from_numpy(random_bits(tuple(shape), seed, 0).astype(np.int64)).to(device)
+
+
+# ---- rotation -------------------------------------------------------------------------------
+def _inv_sqrt_n(n: int) -> float:
+    from mxref.rotate import inv_sqrt_n_bits
+    return float(np.uint32(inv_sqrt_n_bits(n)).view(np.float32))
+
+
+def _butterfly(t: torch.Tensor, n: int) -> torch.Tensor:
+    """Fast Walsh-Hadamard transform of each n-block of the last axis, mxref's order:
+    for h = 1, 2, ..., n/2: (v[j], v[j+h]) <- (v[j] + v[j+h], v[j] - v[j+h]) for (j & h) == 0."""
+    rows = t.reshape(-1, n)
+    h = 1
+    while h < n:
+        v = rows.reshape(-1, n // (2 * h), 2, h)
+        a, b = v[:, :, 0, :], v[:, :, 1, :]
+        rows = torch.stack((a + b, a - b), dim=2).reshape(-1, n)
+        h *= 2
+    return rows
+
+
+def rotate(t: torch.Tensor, n: int, signs: torch.Tensor) -> torch.Tensor:
+    """``mxref.rotate(t, n, axis=-1, signs=signs)`` (butterfly, fp32) bit-exactly: fp32 [R, C],
+    C a multiple of n; signs an fp32 tensor of +-1 of length n."""
+    t = t.to(torch.float32)
+    v = (t.reshape(-1, n) * signs)                   # exact sign flips
+    out = _butterfly(v, n) * _inv_sqrt_n(n)
+    return out.reshape(t.shape)
+
+
+def unrotate(y: torch.Tensor, n: int, signs: torch.Tensor) -> torch.Tensor:
+    """The inverse rotation (R^T = H diag(d) / sqrt(n)), in fp32 (high precision, not part of
+    any quantization)."""
+    out = (_butterfly(y.to(torch.float32).reshape(-1, n), n) * _inv_sqrt_n(n)) * signs
+    return out.reshape(y.shape)
+
+
+# ---- the quantized operand ------------------------------------------------------------------
+@dataclass
+class QOperand:
+    """A quantized GEMM operand. ``values`` is what the GEMM multiplies (fp32, exact): the
+    dequantized value for MX formats and corrections; e2m1 * e4m3 (tensor scale left out, kept
+    as ``tensor_scale`` for the epilogue) for NVFP4; the bare E2M1 value (``row_scale`` for the
+    epilogue) for vector-wise scaling."""
+
+    values: torch.Tensor
+    scales: torch.Tensor | None = None
+    codes: torch.Tensor | None = None
+    tensor_scale: torch.Tensor | None = None      # fp32 scalar tensor (nvfp4)
+    row_scale: torch.Tensor | None = None         # fp32 [R] (vector-wise)
+    extra: dict = field(default_factory=dict)
+    bf16_exact: bool = True                       # values exactly representable in bf16
+
+    def full(self) -> torch.Tensor:
+        """The dequantized operand (fp32)."""
+        v = self.values
+        if self.row_scale is not None:
+            v = v * self.row_scale[:, None]
+        if self.tensor_scale is not None:
+            v = v * self.tensor_scale
+        return v
+
+
+def bf16_exact(spec: OperandSpec) -> bool:
+    return spec.fmt is not None and spec.macro is None and spec.scaling == "block"
+
+
+def _profile(spec: OperandSpec):
+    p = get_profile(spec.profile)
+    if spec.rounding == "sr":
+        p = p.replace(name=f"{p.name}+sr", rounding="stochastic")
+    return p
+
+
+def _mx_block(t, spec, backend, sr_seed, fmt=None, prof=None):
+    """(scales, codes, fp32 values) of the plain block quantization of t along its last axis."""
+    fmt = fmt or spec.fmt
+    prof = prof or _profile(spec)
+    f = get_format(fmt)
+    if f.is_nvfp4:
+        rb = sr_bits(t.shape, sr_seed, t.device) if prof.rounding == "stochastic" else None
+        if backend == "triton" and rb is None:
+            s, c, ts = torch.ops.mxkernels.quantize_nvfp4(t.unsqueeze(0).contiguous(),
+                                                          prof.name)
+            ts = ts.reshape(()).to(torch.float32)
+            s, c = s.reshape(s.shape[1:]), c.reshape(c.shape[1:])
+        else:
+            s, c, tsb = te.quantize_nvfp4(t, profile=prof, rand_bits=rb)
+            ts = tsb.view(torch.float32).reshape(())
+        one = torch.tensor(1.0, dtype=torch.float32, device=t.device)
+        v = te.dequantize_nvfp4(s, c, one).view(torch.float32)
+        return s, c, v, ts
+    if backend == "triton" and prof.name in _TRITON_PROFILES:
+        if prof.rounding == "stochastic":
+            s, c = torch.ops.mxkernels.quantize_sr(t.contiguous(), fmt, spec.profile, -1,
+                                                   int(sr_seed), 0)
+        else:
+            s, c = torch.ops.mxkernels.quantize_mx(t.contiguous(), fmt, prof.name, -1)
+    else:
+        rb = sr_bits(t.shape, sr_seed, t.device) if prof.rounding == "stochastic" else None
+        s, c = te.quantize_mx(t, fmt=fmt, profile=prof, axis=-1, rand_bits=rb)
+    v = te.dequantize(s, c, fmt, axis=-1).view(torch.float32)
+    return s, c, v, None
+
+
+try:
+    from mxref.profiles import PROFILES as _P
+    _TRITON_PROFILES = set(_P)
+except Exception:  # pragma: no cover
+    _TRITON_PROFILES = set()
+
+
+def _bitlen(x):
+    n = torch.zeros_like(x)
+    for s in (32, 16, 8, 4, 2, 1):
+        m = x >= (1 << s)
+        n = n + m.to(_I64) * s
+        x = torch.where(m, x >> s, x)
+    return n + (x > 0).to(_I64)
+
+
+_MACRO_P = {"float32": 24, "bfloat16": 8, "e4m3": 4}
+
+
+def _macro_scales(t: torch.Tensor, macro: int, m_odd: int, p: int) -> torch.Tensor:
+    """fp32 S_M [R, ceil(C / macro)]: the significand of A_M / M rounded up to p bits
+    (mxref.corrections.quantize_macroblock step 1), integers only."""
+    R, C = t.shape
+    nmac = -(-C // macro)
+    a = t.contiguous().view(torch.int32).to(_I64) & 0x7FFFFFFF
+    a = torch.where(a < _INF, a, torch.zeros_like(a))          # finite amax
+    if nmac * macro != C:
+        a = torch.nn.functional.pad(a, (0, nmac * macro - C))
+    amax = a.reshape(R, nmac, macro).amax(-1)
+    ex = amax >> 23
+    mant = amax & _MANT
+    sub_sa = mant << torch.clamp(24 - _bitlen(mant), 0, 24)
+    sa = torch.where(ex > 0, mant | (1 << 23), sub_sa)
+    bl_m = int(m_odd).bit_length()
+    tt = _bitlen(sa) - bl_m
+    tt = torch.where(sa < (m_odd << torch.clamp(tt, min=0)), tt - 1, tt)
+    sh = p - 1 - tt
+    num = torch.where(sh >= 0, sa << torch.clamp(sh, min=0), sa)
+    den = torch.where(sh >= 0, torch.full_like(sa, m_odd), m_odd << torch.clamp(-sh, min=0))
+    s_int = (num + den - 1) // den
+    s_int = torch.where(amax == 0, torch.full_like(s_int, 1 << (p - 1)), s_int)
+    bits = (127 << 23) + ((s_int - (1 << (p - 1))) << (24 - p))
+    return bits.to(torch.int32).view(torch.float32)
+
+
+def _lower_median_abs(t: torch.Tensor, block: int):
+    """(amax, lower median of |x|, all finite) per block, as mxref.corrections
+    flag_outlier_blocks (padding excluded; the ceil(m/2)-th smallest of m elements)."""
+    R, C = t.shape
+    nb = -(-C // block)
+    a = t.abs()
+    finite = torch.isfinite(t)
+    pad = nb * block - C
+    real = torch.ones_like(a, dtype=torch.bool)
+    if pad:
+        a = torch.nn.functional.pad(a, (0, pad))
+        finite = torch.nn.functional.pad(finite, (0, pad), value=True)
+        real = torch.nn.functional.pad(real, (0, pad), value=False)
+    a3, f3, r3 = a.reshape(R, nb, block), finite.reshape(R, nb, block), real.reshape(R, nb, block)
+    key = torch.where(r3 & f3, a3, torch.full_like(a3, float("inf")))
+    srt = key.sort(dim=-1).values
+    m = (r3 & f3).sum(-1)
+    idx = (torch.clamp(m - 1, min=0) // 2).unsqueeze(-1)
+    med = srt.gather(-1, idx).squeeze(-1)
+    med = torch.where(m > 0, med, torch.zeros_like(med))
+    amax = torch.where(r3 & f3, a3, torch.zeros_like(a3)).amax(-1)
+    all_finite = m == r3.sum(-1)
+    return a3, amax, med, all_finite, pad
+
+
+def _outlier_mask(t: torch.Tensor, block: int, rule: str, tau: float, k: int) -> torch.Tensor:
+    """Passthrough mask [R, C] of the outlier fallback (tau rule, rho=None)."""
+    R, C = t.shape
+    a3, amax, med, all_finite, pad = _lower_median_abs(t, block)
+    flagged = (amax.double() > float(tau) * med.double()) & all_finite & (amax > 0)
+    if rule == "block":
+        mask = flagged.unsqueeze(-1).expand_as(a3)
+    else:
+        key = torch.where(torch.isfinite(a3), a3, torch.zeros_like(a3))
+        order = torch.sort(key, dim=-1, descending=True, stable=True).indices
+        rank = torch.empty_like(order)
+        rank.scatter_(-1, order, torch.arange(block, device=t.device).expand_as(order))
+        mask = (rank < k) & (key > 0) & flagged.unsqueeze(-1)
+    return mask.reshape(R, -1)[:, :C]
+
+
+def _vector(t: torch.Tensor):
+    """Vector-wise E2M1: s = fl32(amax_row / 6) (1 for a zero row), code = E2M1 RNE of
+    fl32(x / s) at scale 2^0 (saturating), value = code's E2M1 value."""
+    amax = t.abs().amax(-1)
+    s = amax / 6.0
+    s = torch.where(amax > 0, s, torch.ones_like(s))
+    y = t / s[:, None]
+    codes = te.convert(y, fmt="mxfp4", profile="ocp")
+    ones = torch.full((t.shape[0], -(-t.shape[1] // 32)), 127, dtype=torch.uint8,
+                      device=t.device)
+    v = te.dequantize(ones, codes, "mxfp4", axis=-1).view(torch.float32)
+    return codes, s, v, y
+
+
+def _occ_bounds(t: torch.Tensor, q: float):
+    """(lo, hi): the (n - ceil(q n) + 1)-th and ceil(q n)-th smallest elements of t."""
+    flat = t.reshape(-1)
+    n = flat.numel()
+    khi = min(n, max(1, int(np.ceil(q * n))))
+    klo = max(1, n - khi + 1)
+    return flat.kthvalue(klo).values, flat.kthvalue(khi).values
+
+
+def quantize_operand(t: torch.Tensor, spec: OperandSpec, backend: str, *, sr_seed: int | None = 0
+                     ) -> QOperand:
+    """Quantize the fp32 operand t [R, C] along its last axis per ``spec``."""
+    with _section(t.device):
+        return _quantize_operand(t, spec, backend, sr_seed)
+
+
+def _quantize_operand(t, spec, backend, sr_seed):
+    extra: dict = {}
+    if spec.clamp_quantile is not None:
+        lo, hi = _occ_bounds(t, spec.clamp_quantile)
+        tc = torch.clamp(t, lo, hi)
+        extra.update(occ_lo=lo, occ_hi=hi, occ_residual=t - tc)
+        t = tc
+    if spec.scaling == "vector":
+        codes, s, v, y = _vector(t)
+        extra["scaled"] = y
+        return QOperand(v, None, codes, None, s, extra, True)
+    f = get_format(spec.fmt)
+    pt = None
+    if spec.outlier is not None:
+        pt = _outlier_mask(t, f.block_size, spec.outlier, spec.outlier_tau, spec.outlier_k)
+        kept = t.to(torch.bfloat16).to(torch.float32)           # bf16 RNE passthrough
+        t = torch.where(pt, torch.zeros_like(t), t)
+        extra["passthrough"] = pt
+    if spec.macro is not None:
+        m = t.shape[1] if spec.macro == "row" else spec.macro
+        m = max(m, 1)
+        from mxref.decompose import grid_facts
+        sm = _macro_scales(t, m, int(grid_facts(f).m_odd), _MACRO_P[spec.macro_scale_dtype])
+        rep = sm.repeat_interleave(m, dim=1)[:, :t.shape[1]]
+        t = t / rep
+        extra.update(macro_scales=sm, macro=m)
+        s, c, v, ts = _mx_block(t, spec, backend, sr_seed)
+        v = v * rep
+    else:
+        s, c, v, ts = _mx_block(t, spec, backend, sr_seed)
+    if pt is not None:
+        v = torch.where(pt, kept, v)
+    return QOperand(v, s, c, ts, None, extra, bf16_exact(spec))
