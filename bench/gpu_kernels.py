@@ -279,14 +279,16 @@ class Run:
         ref_exact = gemm_codes(a_c[:rows], a_s[:rows], "mxfp4", b_c, b_s, "mxfp4", mode="exact")
         ref_bound = gemm_error_bound_codes(a_c[:rows], a_s[:rows], "mxfp4", b_c, b_s, "mxfp4")
 
-        def run(mode):
-            return gm.mx_gemm(A[0], A[1], B[0], B[1], "mxfp4", "mxfp4", mode=mode)
+        def run(mode, **kw):
+            return gm.mx_gemm(A[0], A[1], B[0], B[1], "mxfp4", "mxfp4", mode=mode, **kw)
 
-        for mode, contract in (("block_sequential", "block_sequential"), ("fast", "bound"),
-                               ("fast_fused", "bound")):
-            name = f"MXFP4 GEMM {n}^3 {mode}"
+        for mode, contract, kw in (("block_sequential", "block_sequential", {}),
+                                   ("fast", "bound", {"matmul": "cublas"}),
+                                   ("fast", "bound", {"matmul": "triton"}),
+                                   ("fast_fused", "bound", {})):
+            name = f"MXFP4 GEMM {n}^3 {mode}" + "".join(f" {k}={v}" for k, v in kw.items())
             try:
-                y = run(mode)[:rows].cpu().numpy()
+                y = run(mode, **kw)[:rows].cpu().numpy()
                 if contract == "block_sequential":
                     d = int((y.view(np.uint32) != ref_seq.view(np.uint32)).sum())
                     ok, why = d == 0, f"{d} of {y.size} outputs differ from block_sequential " \
@@ -303,7 +305,7 @@ class Run:
             if not ok:
                 self.record(kernel=name, group="gemm", status="FAILED", error=why)
                 continue
-            ms = bench(lambda mode=mode: run(mode), reps=100)
+            ms = bench(lambda mode=mode, kw=kw: run(mode, **kw), reps=100)
             t = flops / (ms * 1e-3) / 1e12
             self.record(kernel=name, group="gemm", status="ok", ms=ms, tflops=t,
                         ratio=t / self.bf16_tflops, ratio_label="x cuBLAS BF16", check=why)

@@ -696,7 +696,7 @@ def mx_gemm(a_scales, a_codes, b_scales, b_codes, fmt_a: str, fmt_b: str, *,
             packed: bool = False, k: int | None = None, block_m: int | None = None,
             block_n: int | None = None, block_k: int = 128, group_m: int = 8,
             num_warps: int | None = None, num_stages: int | None = None,
-            use_tma: bool = False) -> torch.Tensor:
+            use_tma: bool = False, matmul: str = "auto") -> torch.Tensor:
     """Y = A . B^T (float32 [M, N]) of MX / NVFP4 operands: codes uint8 [M, K] / [N, K]
     (``packed=True``: FP4 two per byte, [rows, ceil(K/2)], ``k`` the logical K), scales uint8
     [rows, ceil(K/bs)] (E8M0; NVFP4: E4M3, bs 16), NVFP4 tensor scales fp32 (None = 1).
@@ -704,11 +704,18 @@ def mx_gemm(a_scales, a_codes, b_scales, b_codes, fmt_a: str, fmt_b: str, *,
     mode="block_sequential": bit-exact against mxref's block_sequential contract; refused
     (KernelUnsupported) for pairs whose :func:`gemm_contract` is "bound".
     mode="fast": both operands decoded once to bf16 with the scales folded in
-    (:func:`mx_to_bf16`), then a plain bf16 tensor-core GEMM; contract "bound".
+    (:func:`mx_to_bf16`), then a plain bf16 tensor-core GEMM with fp32 accumulation and output;
+    contract "bound". ``matmul`` picks that GEMM: "cublas" (``torch.mm(..., out_dtype=float32)``,
+    cuBLAS / hipBLASLt), "triton" (:func:`gemm_bf16_kernel`), "auto" (cuBLAS on a GPU where torch
+    has the op, else Triton; always Triton in the interpreter).
     mode="fast_fused": the same arithmetic with the decode inside the GEMM's K loop (every
     element decoded once per tile that reads it; measured 0.05x cuBLAS BF16 on an H100)."""
     fa, fb = _check_pair(fmt_a, fmt_b)
     ce = gemm_kernel_params(fa, fb, mode)
+    if matmul not in ("auto", "cublas", "triton"):
+        raise KernelUnsupported(f"matmul={matmul!r}: expected 'auto', 'cublas' or 'triton'")
+    if matmul != "auto" and mode != "fast":
+        raise KernelUnsupported(f"matmul={matmul!r} applies to mode='fast' only (mode={mode!r})")
     # defaults: the best of the H100 sweep for the MXFP4 FP8 kernel (bench/results/gpu_kernels.md:
     # 4 warps, 4 stages, 128 x 128); 8 warps, 3 stages elsewhere
     fp8_path = mode == "block_sequential" and (fa, fb) == ("mxfp4", "mxfp4")
@@ -757,9 +764,17 @@ def mx_gemm(a_scales, a_codes, b_scales, b_codes, fmt_a: str, fmt_b: str, *,
     if mode == "fast":
         a16 = _to_bf16_bits(ac, asc, lut_a, slut, ce, "A", nblk)
         b16 = _to_bf16_bits(bc, bsc, lut_b, slut, ce, "B", nblk)
-        gemm_bf16_kernel[grid](a16, b16, out, M, N, K, BLOCK_M=bm, BLOCK_N=bn,
-                               BLOCK_K=min(bk, 64), GROUP_M=group_m, DOT_F32=INTERPRETED,
-                               **_launch_opts(num_warps, num_stages))
+        vendor = None if matmul == "triton" else _vendor_bf16_mm(a16, b16)
+        if vendor is not None:
+            out = vendor
+        elif matmul == "cublas":
+            raise KernelUnsupported(
+                "matmul='cublas' needs a GPU tensor, the compiled kernels (not the interpreter) "
+                "and a torch with torch.mm(bf16, bf16, out_dtype=torch.float32)")
+        else:
+            gemm_bf16_kernel[grid](a16, b16, out, M, N, K, BLOCK_M=bm, BLOCK_N=bn,
+                                   BLOCK_K=min(bk, 64), GROUP_M=group_m, DOT_F32=INTERPRETED,
+                                   **_launch_opts(num_warps, num_stages))
         if nv:
             out = out * (ts[0] * ts[1])          # fl(acc * fl(ta * tb)), as gemm_fast_kernel
         return out
@@ -768,6 +783,23 @@ def mx_gemm(a_scales, a_codes, b_scales, b_codes, fmt_a: str, fmt_b: str, *,
                            BLOCK_N=bn, BLOCK_K=bk, GROUP_M=group_m, DOT_F32=INTERPRETED,
                            **_launch_opts(num_warps, num_stages))
     return out
+
+
+_VENDOR_MM_BROKEN: list[str] = []
+
+
+def _vendor_bf16_mm(a16, b16):
+    """fp32 A . B^T of bf16 bit patterns through the vendor BLAS (bf16 inputs, fp32
+    accumulation and output), or None where that is not available (CPU / interpreter, or a
+    torch without ``torch.mm(..., out_dtype=)``; the first failure is remembered)."""
+    if INTERPRETED or a16.device.type != "cuda" or _VENDOR_MM_BROKEN:
+        return None
+    try:
+        return torch.mm(a16.view(torch.bfloat16), b16.view(torch.bfloat16).t(),
+                        out_dtype=torch.float32)
+    except (TypeError, RuntimeError, NotImplementedError) as e:
+        _VENDOR_MM_BROKEN.append(f"{type(e).__name__}: {e}")
+        return None
 
 
 def _to_bf16_bits(codes, scales, lut, slut, ce, which, nblk, block_r=32, block_k=256):

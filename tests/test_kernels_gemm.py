@@ -310,6 +310,31 @@ def test_fast_within_bound(gd, fa, fb, pool, mode):
     assert check_gemm_codes(y, ac, asc, fa, bc, bsc, fb, ts)
 
 
+@pytest.mark.parametrize("matmul", ["triton", "cublas"])
+def test_fast_matmul_choice(gd, matmul):
+    """mode="fast" with the Triton bf16 GEMM or the vendor BLAS product of the decoded operands:
+    both within the bound; "cublas" is refused (typed) where it cannot run (the interpreter)."""
+    g, dev = gd
+    rng = np.random.default_rng(7)
+    ac, asc = rand_operand(rng, "mxfp4", 40, 160, EDGE_POOL)
+    bc, bsc = rand_operand(rng, "mxfp4", 24, 160, EDGE_POOL)
+    if matmul == "cublas" and (dev == "cpu" or g.INTERPRETED):
+        with pytest.raises(g.KernelUnsupported, match="cublas"):
+            run(g, dev, ac, asc, "mxfp4", bc, bsc, "mxfp4", mode="fast", matmul=matmul)
+        return
+    y = run(g, dev, ac, asc, "mxfp4", bc, bsc, "mxfp4", mode="fast", matmul=matmul)
+    assert check_gemm_codes(y, ac, asc, "mxfp4", bc, bsc, "mxfp4", {})
+
+
+def test_fast_matmul_option_refused(g):
+    z = torch.zeros((2, 32), dtype=torch.uint8)
+    s = torch.full((2, 1), 127, dtype=torch.uint8)
+    with pytest.raises(g.KernelUnsupported, match="expected 'auto'"):
+        g.mx_gemm(s, z, s, z, "mxfp4", "mxfp4", mode="fast", matmul="cutlass")
+    with pytest.raises(g.KernelUnsupported, match="mode='fast' only"):
+        g.mx_gemm(s, z, s, z, "mxfp4", "mxfp4", mode="block_sequential", matmul="triton")
+
+
 def test_fast_check_gemm_api(g):
     """The same through mxref.check_gemm on MXTensors from mxref.quantize."""
     import mxref
