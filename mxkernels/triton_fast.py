@@ -42,7 +42,8 @@ poison in every supported profile); ``byte = max(ea - EMAX + adj, 0)`` from the 
 
 Per element, with ``a = b & 0x7FFFFFFF`` the fp32 magnitude bits:
 
-1. ``y = max(a - S, 0)``: the fp32 bits of |x| / 2^s (exponent-field subtraction).
+1. ``y = bits(fl32(|x| * 2^-s))``: one fp32 multiply by the block's power of two
+   ``2^-s = bits((254 - byte) << 23)`` (P2; exact for subnormal x too, P6).
 2. ``m = max(y & 0x7F800000, bits(2^EMIN)) + ((23 - MBITS) << 23)``: the fp32 power of two whose
    ulp is the element quantum of y's binade (2^(max(e, EMIN) - MBITS)).
 3. ``f = fl32(float(y) + float(m))``: ONE fp32 add; its IEEE round-to-nearest-even onto the ulp
@@ -51,15 +52,17 @@ Per element, with ``a = b & 0x7FFFFFFF`` the fp32 magnitude bits:
 5. ``min(code, MAXCODE)`` (saturation; only for scale rules that can exceed max normal, P5),
    ``| sign``, poisoned block -> fill code.
 
-Ops per element (bf16 -> MXFP4, axis -1, not counting the load/store instructions):
-widen 1 (shift), abs 1 (and), amax 1 (max tree), y 2 (sub, max), m 3 (and, max, add),
-fadd 1, code 3 (sub, shift, add; constants folded), saturate 1, sign 3 (shift, and, or),
-poison 1 (select), pack 1 (shift+or per pair) = ~18 lane ops, plus ~5 for the branchless exact
-handling of fp32-subnormal inputs (int->float convert, sub, max, compare, select; P6) = ~23
-(the generic kernel: ~70). With rceil / ceil the saturate is dropped. FP8: no packing.
-``tiny_branch=True`` replaces those ~5 ops by a per-tile test and a branch that is only taken
-by tiles holding a nonzero block of amax < ~2^-105 (P6); on Hopper the tile-wide reduction it
-needs costs more than it saves, so it is off by default.
+Ops per element (bf16 -> MXFP4, axis -1, SASS for sm_90 counted by bench/sass_report.py,
+bench/results/sass_sm90.md): widen 1, abs 1, amax ~1 (3-input max tree), scale multiply 1
+(FMUL), m 3 (and, max, add), fadd 1 (FFMA: contracted with the multiply, which P2/P6 show is
+the same value), code 2 (shift-subtract LEA, 3-input add), saturate 1, sign 2, pack 0.5, poison
+0.5: 22.9 SASS thread-instructions per element in all (28.5 with the earlier exponent-field
+scaling and its 5-op branchless subnormal fix), of which 16.5 on the ALU pipe, which is what
+binds on Hopper (an ALU warp-instruction takes 2 issue cycles; see docs/kernels.md "What limits
+each kernel"). With rceil / ceil the saturate is dropped. FP8: no packing.
+``tiny_branch=True`` keeps the older exponent-field scaling with a per-tile test and a branch
+taken only by tiles holding a nonzero block of amax < ~2^-105 (P6); it is slower and kept only
+as a cross-check.
 
 Measured (compiled, H200, bf16 8192x8192, triton 3.6, median of do_bench; bytes read + written
 over the time, as a fraction of a torch device copy of the same tensor, 3.94 TB/s): MXFP4
@@ -79,11 +82,14 @@ subnormal or zero amax (ea = 0) has E <= -127, so s < -127 clamps to byte 0; the
 0 - EMAX + adj <= -1 (EMAX >= 2 for every supported format), clamped to 0 by the max. The upper
 side: ea <= 254 gives byte <= 253 < 255, so neither clamp to 127 nor ``scale_overflow='nan'``
 can ever trigger (both knobs are equivalent here).
-P2 (exact scaling). For normal x (field ex >= 1) with ex - s >= 1, a - S has field ex - s and
-the same mantissa: exactly |x| / 2^s as a normal fp32 (no overflow: |x| <= amax, and amax / 2^s
-< 2^(EMAX + 2) by P1). If ex - s <= 0, |x| / 2^s < 2^-126 and y = max(a - S, 0) < 2^23 is zero
-or an fp32 subnormal: both round to code 0 in step 3 (P6), as the exact value does (the
-smallest element threshold, half the smallest subnormal, is >= 2^-18 for every format).
+P2 (exact scaling). byte <= 253 (P1), so 2^-s = 2^(127 - byte) is a normal fp32 in
+[2^-126, 2^127] and its bits are (254 - byte) << 23. The product |x| * 2^-s is exact whenever it
+is an fp32 normal (no overflow: |x| <= amax, and amax / 2^s < 2^(EMAX + 2) by P1), for any x,
+subnormal x included. If |x| / 2^s < 2^-126 the product is rounded to a value <= 2^-126: both
+it and the exact value round to code 0 in step 3 (P6), since the smallest element threshold
+(half the smallest subnormal) is >= 2^-18 for every format. An all-zero block (byte 0)
+multiplies zeros by 2^127. (``tiny_branch=True`` instead subtracts s from the exponent field,
+y = max(a - S, 0), exact for normal x only, and fixes subnormal x in a branch.)
 P3 (rounding). Let v = float(y) (normal, or tiny per P6), e its binade (or EMIN below it) and
 m = 2^(e + 23 - MBITS). v < 2^(e+1) <= m / 2^(22 - MBITS), so v + m lies in [m, 2m) and the
 correctly rounded fp32 sum is m + RNE(v / q) * q with q = ulp(m) = 2^(e - MBITS), the element
@@ -97,7 +103,8 @@ P5 (saturation). rceil / ceil give |x| / 2^s <= max normal (the rule picks the s
 amax / 2^s <= M 2^EMAX, resp. <= 2^EMAX; a clamped byte 0 only shrinks the values), so the
 rounded code never exceeds MAXCODE; floor / even / round_down can exceed it and take the min
 (overflow = saturate: the max-normal code).
-P6 (fp32 subnormal inputs). A subnormal x (field 0) gives y = max(a - S, 0) = a + (|s| << 23)
+P6 (fp32 subnormal inputs). The multiply of P2 scales them exactly. For the exponent-field
+path of ``tiny_branch=True``: a subnormal x (field 0) gives y = max(a - S, 0) = a + (|s| << 23)
 for s < 0: a garbage *normal* number below 2^(-s - 126). The exact value a * 2^(-149 - s) is
 below the same bound. If that bound is <= h = 2^(EMIN - MBITS - 1) (half the smallest element
 subnormal, which rounds to 0 under RNE), both give code 0: that holds iff
@@ -106,8 +113,10 @@ zero x is such a field-0 input too: an all-zero block (byte 0) is scaled by 2^0 
 tile that holds any nonzero, unpoisoned block with byte < SAFE_BYTE (amax below ~2^-105: never
 in real data) takes a branch that computes y exactly for subnormal x (integer normalize). In
 step 3, a subnormal v (including one an FTZ unit flushes to 0) is below q / 2 and rounds to m:
-code 0, so the GPU's denormal mode cannot change a bit. No product feeds an add anywhere (no
-FMA contraction hazard); the only float operation is the add of step 3.
+code 0, so the GPU's denormal mode cannot change a bit (the kernels are compiled without FTZ,
+which the multiply of P2 needs for subnormal x). The only float operations are the multiply of
+step 1 and the add of step 3; contracting them into one fma gives the same bits: the product is
+exact when normal, and a product below 2^-126 is below q / 2, so m + p rounds to m either way.
 """
 from __future__ import annotations
 
@@ -177,9 +186,13 @@ def _encode_mag(y, EL_MBITS: tl.constexpr, EL_EMIN: tl.constexpr, EL_MAXCODE: tl
     MINB: tl.constexpr = (EL_EMIN + 127) << 23
     MOFF: tl.constexpr = (23 - EL_MBITS) << 23
     K0: tl.constexpr = (EL_EMIN + 150 - EL_MBITS) << EL_MBITS
-    m = tl.maximum(y & 0x7F800000, MINB) + MOFF
+    # t + MOFF has no carry into the low 23 bits, so (m >> (23 - MBITS)) - m folds into
+    # (t >> (23 - MBITS)) - t plus one constant: one shift and one 3-input add per element
+    KC: tl.constexpr = (MOFF >> (23 - EL_MBITS)) - MOFF - K0
+    t = tl.maximum(y & 0x7F800000, MINB)
+    m = t + MOFF
     f = y.to(tl.float32, bitcast=True) + m.to(tl.float32, bitcast=True)
-    code = f.to(tl.int32, bitcast=True) - m + ((m >> (23 - EL_MBITS)) - K0)
+    code = (f.to(tl.int32, bitcast=True) - t) + ((t >> (23 - EL_MBITS)) + KC)
     if SATURATE:
         code = tl.minimum(code, EL_MAXCODE)
     return code
@@ -223,21 +236,27 @@ def _orient(a, b, blk_ok, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr
     else:
         s3 = s[:, None, :]
         p3 = poison[:, None, :]
-    y = tl.maximum(a3 - (s3 << 23), 0)
     if TINY_BRANCH:
+        y = tl.maximum(a3 - (s3 << 23), 0)
         tiny = blk_ok & (poison == 0) & (amax != 0) & (byte < SAFE_BYTE)
         need_exact = _max_along(_max_along(tl.where(tiny, 1, 0), 1), 0) > 0
         if need_exact:
             y = tl.where(a3 < 0x800000, _exact_scaled(a3, s3), y)
     else:
-        # branchless P6: a field-0 input a (< 2^23) is a * 2^-149; float(a) is exact (a < 2^24)
-        # and normal, so subtracting (149 + s) from its exponent field scales it exactly
-        # (a result field <= 0 is below 2^-126: clamped into the code-0 range). For s > 0 the
-        # result is below 2^-126 anyway: s is capped at 0 there, which keeps (s + 149) << 23
-        # inside int32 (s up to 126 would overflow it) and still lands in the code-0 range.
-        fa = a3.to(tl.float32).to(tl.int32, bitcast=True)
-        ysub = tl.maximum(fa - ((tl.minimum(s3, 0) + 149) << 23), 0)
-        y = tl.where(a3 < 0x800000, ysub, y)
+        # P2'/P6': y = fl32(|x| * 2^-s), one fp32 multiply per element by the block's power of
+        # two 2^-s = bits((254 - byte) << 23) (byte <= 253 by P1, so 2^-s is a normal fp32 in
+        # [2^-126, 2^127]; an all-zero block multiplies 0 by 2^127). The product is exact
+        # whenever it is an fp32 normal, for subnormal x too (no exponent-field tricks, no
+        # subnormal branch); a product below 2^-126 is rounded to a value <= 2^-126, which is
+        # code 0 like the exact value (P2). Contraction into the add of step 3 cannot change a
+        # bit: an exact product gives the same fma, and a sub-2^-126 product rounds to m in
+        # both. Poisoned blocks (byte >= 255) compute garbage that the fill replaces.
+        inv = ((254 - byte) << 23).to(tl.float32, bitcast=True)
+        if AXIS == 1:
+            inv3 = inv[:, :, None]
+        else:
+            inv3 = inv[:, None, :]
+        y = (a3.to(tl.float32, bitcast=True) * inv3).to(tl.int32, bitcast=True)
     code = _encode_mag(y, EL_MBITS, EL_EMIN, EL_MAXCODE, SATURATE)
     code = code | ((b3 >> (31 - EL_SIGNBIT)) & (1 << EL_SIGNBIT))
     code = tl.where(p3, FILL, code)
@@ -257,7 +276,7 @@ def _load_tile(x_ptr, r0, c0, n_rows, n_cols, BR: tl.constexpr, BC: tl.constexpr
     base = x_ptr + (r0.to(tl.int64) * n_cols + c0)
     raw = tl.load(base + (lr[:, None] * n_cols + lc[None, :]), mask=m, other=0)
     if SRC == 1:
-        b = raw.to(tl.int32) << 16
+        b = raw.to(tl.uint16, bitcast=True).to(tl.int32) << 16     # zero-extend: one op
     elif SRC == 0:
         b = raw
     else:
@@ -281,7 +300,9 @@ def _store_codes(code_ptr, code, rows, cols, n_rows, n_cols, AXIS: tl.constexpr,
             pr = r0 // 2 + tl.arange(0, BR // 2)
             m = (pr < (n_rows + 1) // 2)[:, None] & (cols < n_cols)[None, :]
             offs = pr.to(tl.int64)[:, None] * n_cols + cols[None, :]
-        tl.store(code_ptr + offs, ((lo & 0xF) | (hi << 4)).to(tl.uint8), mask=m)
+        # codes are 0..15 (magnitude <= 7 | sign 8; the fill is 0): no masking, and the two
+        # nibbles do not overlap, so the pack is one shift-add
+        tl.store(code_ptr + offs, (lo + (hi << 4)).to(tl.uint8), mask=m)
     else:
         m = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
         base = code_ptr + (r0.to(tl.int64) * n_cols + c0)

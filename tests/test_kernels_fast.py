@@ -404,10 +404,10 @@ PLANTED = {
                              "SAFE_BYTE: tl.constexpr = 1 - EL_EMIN + EL_MBITS"),
     "rceil_ge": ("tl.where(mant > EL_MAXSIG - 0x800000, 1, 0)",
                  "tl.where(mant >= EL_MAXSIG - 0x800000, 1, 0)"),
-    "subnormal_scaling": ("ysub = tl.maximum(fa - ((tl.minimum(s3, 0) + 149) << 23), 0)",
-                          "ysub = tl.maximum(fa - ((tl.minimum(s3, 0) + 150) << 23), 0)"),
-    "subnormal_int32_overflow": ("tl.maximum(fa - ((tl.minimum(s3, 0) + 149) << 23), 0)",
-                                 "tl.maximum(fa - ((s3 + 149) << 23), 0)"),
+    # the scaling multiply: exponent-field subtraction instead (wrong for fp32-subnormal x)
+    "subnormal_scaling": ("y = (a3.to(tl.float32, bitcast=True) * inv3).to(tl.int32, bitcast=True)",
+                          "y = tl.maximum(a3 - (s3 << 23), 0)"),
+    "scale_multiplier_off_by_one": ("inv = ((254 - byte) << 23)", "inv = ((253 - byte) << 23)"),
     "no_saturate": ("code = tl.minimum(code, EL_MAXCODE)", "code = code"),
     "cublas_swizzle": ("(r % 32) * 16 + ((r // 32) % 4) * 4", "(r % 32) * 4 + ((r // 32) % 4) * 16"),
 }
