@@ -322,12 +322,22 @@ def _fold_mx(x, s, ELO: tl.constexpr, EHI: tl.constexpr):
 @triton.jit
 def _load_operand(c_ptr, s_ptr, lut_ptr, slut_ptr, r64, r_ok, k0, K, NBLK,
                   BR: tl.constexpr, BK: tl.constexpr, BS: tl.constexpr, NV: tl.constexpr,
-                  ELO: tl.constexpr, EHI: tl.constexpr):
-    """[BR, BK] bf16 bits of scaled elements of rows r64, columns k0.. (masked: zero)."""
+                  ELO: tl.constexpr, EHI: tl.constexpr, E2M1: tl.constexpr = False):
+    """[BR, BK] bf16 bits of scaled elements of rows r64, columns k0.. (masked: zero).
+    E2M1: the element's bf16 bits computed from the code (the same bits as the table, checked
+    for all 256 bytes by the tests) instead of a per-element table gather."""
     k = k0 + tl.arange(0, BK)
     m = r_ok[:, None] & (k < K)[None, :]
     c = tl.load(c_ptr + r64[:, None] * K + k[None, :], mask=m, other=0).to(tl.int32)
-    x = tl.load(lut_ptr + c).to(tl.int32) & 0xFFFF
+    if E2M1:
+        # |v| = 0, 0.5, 1, 1.5, 2, 3, 4, 6: mag >= 2 is (1 + (mag & 1) / 2) * 2^((mag >> 1) - 1),
+        # bf16 exponent field 126 + (mag >> 1); mag == 1 is 0.5 (0x3F00); bytes >= 16 decode to 0
+        mag = c & 7
+        x = tl.where(mag >= 2, ((126 + (mag >> 1)) << 7) + ((mag & 1) << 6),
+                     tl.where(mag == 1, 0x3F00, 0))
+        x = tl.where(c < 16, x | ((c & 8) << 12), 0)
+    else:
+        x = tl.load(lut_ptr + c).to(tl.int32) & 0xFFFF
     kb = k0 // BS + tl.arange(0, BK // BS)
     s = tl.load(s_ptr + r64[:, None] * NBLK + kb[None, :],
                 mask=r_ok[:, None] & (kb < NBLK)[None, :], other=127).to(tl.int32)
@@ -378,7 +388,7 @@ def gemm_fast_kernel(
 @triton.jit
 def mx_to_bf16_kernel(c_ptr, s_ptr, lut_ptr, slut_ptr, out_ptr, R, K, NBLK,
                       BS: tl.constexpr, NV: tl.constexpr, ELO: tl.constexpr, EHI: tl.constexpr,
-                      BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr):
+                      BLOCK_R: tl.constexpr, BLOCK_K: tl.constexpr, E2M1: tl.constexpr):
     """bf16 bits of element x scale (the same decode and folding as gemm_fast_kernel's tiles:
     exact where the result is a bf16 normal, else RNE with gradual underflow; 0xFF -> NaN),
     written once per element instead of once per GEMM tile that reads it."""
@@ -387,7 +397,7 @@ def mx_to_bf16_kernel(c_ptr, s_ptr, lut_ptr, slut_ptr, out_ptr, R, K, NBLK,
     r_ok = r < R
     r64 = r.to(tl.int64)
     x = _load_operand(c_ptr, s_ptr, lut_ptr, slut_ptr, r64, r_ok, k0, K, NBLK, BLOCK_R, BLOCK_K,
-                      BS, NV, ELO, EHI)
+                      BS, NV, ELO, EHI, E2M1)
     k = k0 + tl.arange(0, BLOCK_K)
     tl.store(out_ptr + r64[:, None] * K + k[None, :], x.to(tl.int16),
              mask=r_ok[:, None] & (k < K)[None, :])
@@ -762,8 +772,8 @@ def mx_gemm(a_scales, a_codes, b_scales, b_codes, fmt_a: str, fmt_b: str, *,
         raise KernelUnsupported(f"block_k={bk} must be at least the block size {bs}")
     grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
     if mode == "fast":
-        a16 = _to_bf16_bits(ac, asc, lut_a, slut, ce, "A", nblk)
-        b16 = _to_bf16_bits(bc, bsc, lut_b, slut, ce, "B", nblk)
+        a16 = _to_bf16_bits(ac, asc, lut_a, slut, ce, "A", nblk, e2m1=fa in _E2M1_FORMATS)
+        b16 = _to_bf16_bits(bc, bsc, lut_b, slut, ce, "B", nblk, e2m1=fb in _E2M1_FORMATS)
         vendor = None if matmul == "triton" else _vendor_bf16_mm(a16, b16)
         if vendor is not None:
             out = vendor
@@ -802,16 +812,22 @@ def _vendor_bf16_mm(a16, b16):
         return None
 
 
-def _to_bf16_bits(codes, scales, lut, slut, ce, which, nblk, block_r=32, block_k=256):
+_E2M1_FORMATS = ("mxfp4", "nvfp4")
+
+
+def _to_bf16_bits(codes, scales, lut, slut, ce, which, nblk, block_r=32, block_k=256, *,
+                  e2m1=False):
     """[R, K] int16 bf16 bits of element x scale (mx_to_bf16_kernel); ``which`` picks the
-    A or B exponent range of the fast-kernel constexprs."""
+    A or B exponent range of the fast-kernel constexprs; ``e2m1`` decodes E2M1 codes
+    arithmetically instead of through the table."""
     R, K = codes.shape
     out = torch.empty((R, K), dtype=torch.int16, device=codes.device)
     if R and K:
         lo, hi = (ce["ELO_A"], ce["EHI_A"]) if which == "A" else (ce["ELO_B"], ce["EHI_B"])
         grid = (triton.cdiv(R, block_r), triton.cdiv(K, block_k))
         mx_to_bf16_kernel[grid](codes, scales, lut, slut, out, R, K, nblk, BS=ce["BS"],
-                                NV=ce["NV"], ELO=lo, EHI=hi, BLOCK_R=block_r, BLOCK_K=block_k)
+                                NV=ce["NV"], ELO=lo, EHI=hi, BLOCK_R=block_r, BLOCK_K=block_k,
+                                E2M1=e2m1)
     return out
 
 
@@ -826,7 +842,8 @@ def mx_to_bf16(scales, codes, fmt: str) -> torch.Tensor:
     nblk = _check_scales("a", asc, ac.shape[0], K, bs)
     ce = gemm_kernel_params(f, f, "fast")
     lut, slut = _lut(get_format(f).element.name, ac.device), _lut("e4m3", ac.device)
-    return _to_bf16_bits(ac, asc, lut, slut, ce, "A", nblk).view(torch.bfloat16)
+    return _to_bf16_bits(ac, asc, lut, slut, ce, "A", nblk,
+                         e2m1=f in _E2M1_FORMATS).view(torch.bfloat16)
 
 
 def _safe_rows(sa, sb, ce, M, N):
@@ -963,7 +980,7 @@ def aot_specs() -> list:
     for fa in ("mxfp4", "mxfp8_e4m3", "nvfp4"):
         p = gemm_kernel_params(fa, fa, "fast")
         ce = {"BS": p["BS"], "NV": p["NV"], "ELO": p["ELO_A"], "EHI": p["EHI_A"],
-              "BLOCK_R": 32, "BLOCK_K": 256}
+              "BLOCK_R": 32, "BLOCK_K": 256, "E2M1": fa in _E2M1_FORMATS}
         specs.append((f"mx_to_bf16-{fa}", mx_to_bf16_kernel,
                       _sig(mx_to_bf16_kernel, {"c_ptr": "*u8", "s_ptr": "*u8", "lut_ptr": "*i16",
                                                "slut_ptr": "*i16", "out_ptr": "*i16", "R": "i32",

@@ -538,3 +538,24 @@ def test_mx_to_bf16_is_the_rounded_exact_value(g, fmt):
     assert nan.any() and (~nan).any()
     np.testing.assert_array_equal(have[~nan], want[~nan])
     assert np.isnan(got.float().numpy()[nan]).all()
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "nvfp4"])
+def test_mx_to_bf16_e2m1_every_byte(g, fmt):
+    """The arithmetic E2M1 decode of the fast pre-pass, for all 16 codes at scale 2^0 (E8M0
+    127; NVFP4: E4M3 1.0 = 0x38): the exact value's bf16 bits from the format's own decode, -0
+    for code 8 (bytes above 15 are refused before the kernel)."""
+    from mxref.formats import get_format
+    codes = np.tile(np.arange(16, dtype=np.uint8), 16).reshape(8, 32)
+    bs = 16 if fmt == "nvfp4" else 32
+    scales = np.full((8, 32 // bs), 0x38 if fmt == "nvfp4" else 127, np.uint8)
+    got = g.mx_to_bf16(torch.from_numpy(scales), torch.from_numpy(codes), fmt)
+    el = get_format(fmt).element
+    want = np.zeros(16, np.uint16)
+    for c in range(16):
+        v = np.float32(el.decode(c))
+        if c == 8:
+            v = np.float32(-0.0)
+        want[c] = v.view(np.uint32) >> 16
+    np.testing.assert_array_equal(got.view(torch.int16).numpy().view(np.uint16),
+                                  want[codes])
