@@ -553,9 +553,30 @@ def verify_cmd(backend_spec, device, root, suite, profiles, ops, classes, format
     sys.exit(code)
 
 
+class _LazyCommand(click.Command):
+    """A subcommand whose implementation is imported only when it runs (`mxref --help` and the
+    other commands stay free of torch/transformers imports)."""
+
+    def __init__(self, name: str, target: str, short_help: str):
+        super().__init__(name, short_help=short_help, help=short_help, add_help_option=False)
+        self._target = target
+
+    def _load(self) -> click.Command:
+        import importlib
+
+        module, attr = self._target.split(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        return self._load().make_context(info_name, args, parent=parent, **extra)
+
+
 def _register_extensions():
     from .decompose_cli import decompose_cmd
     main.add_command(decompose_cmd)
+    main.add_command(_LazyCommand(
+        "train", "mxkernels.training.cli:train_group",
+        "Train Llama/Qwen models with MX recipes; compare runs; experiment grids."))
 
 
 _register_extensions()

@@ -43,6 +43,39 @@ class ShapeError(MXRefError, ValueError):
     """Arrays whose shapes do not fit together (codes vs scales, layouts)."""
 
 
+# --- training (mxkernels/training) ---------------------------------------------------------
+
+class UnknownModelError(MXRefError, KeyError):
+    """A model name that is not in :data:`mxkernels.training.models.MODELS`."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class DataError(MXRefError, ValueError):
+    """A corpus or token file that cannot be used for training (missing, wrong dtype, too short)."""
+
+
+class TrainingConfigError(MXRefError, ValueError):
+    """Training options that are invalid or contradict each other."""
+
+
+class RunDirError(MXRefError, ValueError):
+    """A run directory that exists and is not a resumable run of the same configuration."""
+
+
+class CheckpointError(MXRefError, ValueError):
+    """A checkpoint that is corrupt, incomplete, or belongs to a different model/recipe/config."""
+
+
+class NonFiniteLossError(MXRefError, ArithmeticError):
+    """The training loss became NaN or infinite; the run stopped at the last good checkpoint."""
+
+
+class TrainingCheckError(MXRefError, AssertionError):
+    """An in-run validation check (capture/check of one MX linear layer) failed."""
+
+
 class UnknownRecipeError(MXRefError, KeyError):
     """A training recipe name that is not in :data:`mxkernels.training.recipes.RECIPES`."""
 

@@ -1,0 +1,260 @@
+"""Compare training runs against their bf16 baseline: dL, extra tokens, curves.
+
+Pairing: a run's baseline is the run with recipe ``bf16`` and the same model, seed, data
+(corpus hash), batch and token budget. With paired batches the per-step difference
+``loss_recipe[s] - loss_bf16[s]`` has far less noise than either curve, so it is reported too.
+
+Metrics per run (all losses in nats per token):
+
+* ``dL_val``: final validation loss minus the baseline's (same fixed validation batches).
+* ``dL_train_tail``: mean over the last 10% of steps of the paired per-step difference.
+* ``dL_train_ema``: difference of the EMA-smoothed training losses at the last step.
+* ``extra_tokens_frac``: AMD's metric. ``L*`` = the baseline's EMA loss at its last step;
+  ``T_r`` = first token count at which the run's EMA loss is <= ``L*``;
+  ``extra = T_r / T_bf16 - 1``. When the run never reaches ``L*`` it is reported as not
+  reached (``null``), with the lower bound ``> 0`` (no extrapolation).
+* ``extra_tokens_frac_iso``: the same question answered on the bf16 curve, for paired runs of
+  equal length (where a worse recipe never reaches the bf16 final loss): bf16 reached the run's
+  final EMA loss after ``T_b`` tokens, the run used ``T_r``; ``extra = T_r / T_b - 1``. It
+  assumes the token-efficiency gap stays constant, and the bf16 point lies earlier in the LR
+  schedule (higher LR, not annealed), so it over-states the gap; label it as an estimate.
+* ``step_time_ratio`` / ``peak_mem_ratio``: from the run summaries (separate runs; for a
+  same-process measurement use bench/train_step.py).
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from mxref.errors import RunDirError
+
+SCHEMA = "mxref-train-compare/1"
+
+
+def load_run(path) -> dict:
+    p = Path(path)
+    try:
+        config = json.loads((p / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise RunDirError(f"{p} is not a training run directory (config.json: {e})") from None
+    steps, tokens, loss, val = [], [], [], []
+    if (p / "log.jsonl").exists():
+        for line in (p / "log.jsonl").read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(r.get("loss"), float):
+                continue
+            steps.append(r["step"])
+            tokens.append(r["tokens"])
+            loss.append(r["loss"])
+            if "val_loss" in r:
+                val.append((r["tokens"], r["val_loss"]))
+    summary = {}
+    if (p / "summary.json").exists():
+        summary = json.loads((p / "summary.json").read_text())
+    t = config["train"]
+    return {"path": str(p), "name": p.name, "recipe": config["recipe"]["name"],
+            "seed": t["seed"], "model": t["model"], "config": config, "summary": summary,
+            "pair_key": (t["model"], t["seed"], config["corpus"]["sha256"], t["seq_len"],
+                         t["batch_size"], t["tokens"]),
+            "steps": np.array(steps), "tokens": np.array(tokens, dtype=np.float64),
+            "loss": np.array(loss, dtype=np.float64), "val": val}
+
+
+def ema(x: np.ndarray, alpha: float) -> np.ndarray:
+    """Bias-corrected exponential moving average (as in Adam's first moment)."""
+    out = np.empty_like(x)
+    m = 0.0
+    for i, v in enumerate(x):
+        m = alpha * m + (1 - alpha) * v
+        out[i] = m / (1 - alpha ** (i + 1))
+    return out
+
+
+def ema_alpha(n_steps: int) -> float:
+    """Smoothing horizon of ~5% of the run (at least 5 steps)."""
+    return 1.0 - 1.0 / max(5.0, 0.05 * n_steps)
+
+
+def extra_tokens(base_tokens, base_smooth, run_tokens, run_smooth):
+    """(extra fraction or None, tokens at which the run reaches the baseline's final loss)."""
+    if len(base_smooth) == 0 or len(run_smooth) == 0:
+        return None, None
+    target = base_smooth[-1]
+    hit = np.nonzero(run_smooth <= target)[0]
+    if hit.size == 0:
+        return None, None
+    t = float(run_tokens[hit[0]])
+    return t / float(base_tokens[-1]) - 1.0, t
+
+
+def iso_loss_extra(base_tokens, base_smooth, run_tokens, run_smooth):
+    """Extra tokens from the bf16 curve: bf16 reached the run's final loss after ``T_b`` tokens;
+    the run needed ``T_r``: extra = T_r / T_b - 1 (None when bf16 never got that low)."""
+    if len(base_smooth) == 0 or len(run_smooth) == 0:
+        return None
+    hit = np.nonzero(base_smooth <= run_smooth[-1])[0]
+    if hit.size == 0:
+        return None
+    return float(run_tokens[-1]) / float(base_tokens[hit[0]]) - 1.0
+
+
+def compare_pair(run: dict, base: dict) -> dict:
+    n = min(len(run["loss"]), len(base["loss"]))
+    alpha = ema_alpha(len(base["loss"]))
+    row = {"run": run["path"], "name": run["name"], "recipe": run["recipe"], "seed": run["seed"],
+           "model": run["model"], "baseline": base["path"], "steps": int(len(run["loss"])),
+           "status": run["summary"].get("status", "incomplete")}
+    if n == 0:
+        return row
+    diff = run["loss"][:n] - base["loss"][:n]
+    tail = max(1, n // 10)
+    rs, bs = ema(run["loss"], alpha), ema(base["loss"], alpha)
+    frac, reach = extra_tokens(base["tokens"], bs, run["tokens"], rs)
+    row.update({
+        "final_train_loss_ema": float(rs[-1]), "bf16_train_loss_ema": float(bs[-1]),
+        "dL_train_tail": float(diff[-tail:].mean()),
+        "dL_train_ema": float(rs[n - 1] - bs[n - 1]),
+        "extra_tokens_frac": frac, "reached_bf16_loss_at_tokens": reach,
+        "extra_tokens_frac_iso": iso_loss_extra(base["tokens"], bs, run["tokens"], rs),
+        "reached_bf16_loss": frac is not None,
+        "complete_pair": len(run["loss"]) == len(base["loss"]),
+    })
+    if run["val"] and base["val"]:
+        row["final_val_loss"] = run["val"][-1][1]
+        row["bf16_val_loss"] = base["val"][-1][1]
+        if run["val"][-1][0] == base["val"][-1][0]:
+            row["dL_val"] = row["final_val_loss"] - row["bf16_val_loss"]
+    rsum, bsum = run["summary"], base["summary"]
+    if rsum.get("median_step_time_s") and bsum.get("median_step_time_s"):
+        row["step_time_ratio"] = rsum["median_step_time_s"] / bsum["median_step_time_s"]
+        row["tokens_per_s"] = rsum.get("median_tokens_per_s")
+    if rsum.get("peak_mem_bytes") and bsum.get("peak_mem_bytes") and \
+            rsum.get("kind") == bsum.get("kind"):
+        row["peak_mem_bytes"] = rsum["peak_mem_bytes"]
+        row["peak_mem_ratio"] = rsum["peak_mem_bytes"] / bsum["peak_mem_bytes"]
+    return row
+
+
+def compare_runs(paths) -> dict:
+    runs = [load_run(p) for p in paths]
+    if not runs:
+        raise RunDirError("no run directories to compare")
+    bases = {r["pair_key"]: r for r in runs if r["recipe"] == "bf16"}
+    rows, unpaired = [], []
+    for r in runs:
+        b = bases.get(r["pair_key"])
+        if b is None:
+            unpaired.append(r["path"])
+            continue
+        if r is not b:
+            rows.append(compare_pair(r, b))
+    by_recipe = {}
+    for row in rows:
+        by_recipe.setdefault(row["recipe"], []).append(row)
+    agg = []
+    for recipe, rs in by_recipe.items():
+        vals = [x["dL_val"] for x in rs if x.get("dL_val") is not None]
+        tails = [x["dL_train_tail"] for x in rs if x.get("dL_train_tail") is not None]
+        extras = [x.get("extra_tokens_frac") for x in rs]
+        isos = [x.get("extra_tokens_frac_iso") for x in rs]
+        agg.append({"recipe": recipe, "seeds": sorted(x["seed"] for x in rs),
+                    "dL_val_mean": float(np.mean(vals)) if vals else None,
+                    "dL_val_std": float(np.std(vals, ddof=1)) if len(vals) > 1 else None,
+                    "dL_train_tail_mean": float(np.mean(tails)) if tails else None,
+                    "extra_tokens_frac_mean": float(np.mean(extras))
+                    if extras and all(e is not None for e in extras) else None,
+                    "reached_in_all_seeds": all(e is not None for e in extras),
+                    "extra_tokens_frac_iso_mean": float(np.mean(isos))
+                    if isos and all(e is not None for e in isos) else None,
+                    "step_time_ratio_mean": _mean(x.get("step_time_ratio") for x in rs),
+                    "peak_mem_ratio_mean": _mean(x.get("peak_mem_ratio") for x in rs),
+                    "statuses": sorted({x["status"] for x in rs})})
+    return {"schema": SCHEMA, "runs": rows, "by_recipe": agg, "unpaired": unpaired,
+            "baselines": [b["path"] for b in bases.values()], "_loaded": runs}
+
+
+def _mean(values):
+    v = [x for x in values if x is not None]
+    return float(np.mean(v)) if v else None
+
+
+def _fmt(v, spec="+.4f"):
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return format(v, spec)
+
+
+def markdown_table(report: dict) -> str:
+    lines = ["| recipe | seeds | dL val | dL train (last 10%) | extra tokens to bf16 loss "
+             "(direct; iso-loss estimate) | step time / bf16 | peak mem / bf16 | status |",
+             "|---|---|---|---|---|---|---|---|"]
+    for a in report["by_recipe"]:
+        extra = (_fmt(100 * a["extra_tokens_frac_mean"], "+.1f") + "%") \
+            if a["extra_tokens_frac_mean"] is not None else "not reached"
+        iso = a.get("extra_tokens_frac_iso_mean")
+        extra += "; " + ((_fmt(100 * iso, "+.1f") + "%") if iso is not None else "-")
+        lines.append(f"| {a['recipe']} | {','.join(map(str, a['seeds']))} | "
+                     f"{_fmt(a['dL_val_mean'])}"
+                     f"{' ± ' + _fmt(a['dL_val_std'], '.4f') if a['dL_val_std'] else ''} | "
+                     f"{_fmt(a['dL_train_tail_mean'])} | {extra} | "
+                     f"{_fmt(a['step_time_ratio_mean'], '.2f')} | "
+                     f"{_fmt(a['peak_mem_ratio_mean'], '.3f')} | {', '.join(a['statuses'])} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict, path: Path, title: str = "") -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    runs = report["_loaded"]
+    fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 8), sharex=True)
+    for r in runs:
+        if len(r["loss"]) == 0:
+            continue
+        a = ema_alpha(len(r["loss"]))
+        style = {"color": "black", "lw": 2} if r["recipe"] == "bf16" else {"lw": 1.2}
+        ax1.plot(r["tokens"], ema(r["loss"], a), label=f"{r['recipe']} s{r['seed']}", **style)
+        if r["val"]:
+            vt, vl = zip(*r["val"])
+            ax1.plot(vt, vl, "o", ms=3, color=ax1.lines[-1].get_color())
+    bases = {b["pair_key"]: b for b in runs if b["recipe"] == "bf16"}
+    for r in runs:
+        b = bases.get(r["pair_key"])
+        if b is None or r is b:
+            continue
+        n = min(len(r["loss"]), len(b["loss"]))
+        if n == 0:
+            continue
+        d = ema(r["loss"][:n] - b["loss"][:n], ema_alpha(n))
+        ax2.plot(r["tokens"][:n], d, label=f"{r['recipe']} s{r['seed']}")
+    ax2.axhline(0, color="black", lw=1)
+    ax1.set_ylabel("train loss (EMA; dots: val)")
+    ax2.set_ylabel("paired dL vs bf16 (EMA)")
+    ax2.set_xlabel("tokens")
+    ax1.legend(fontsize=7, ncol=2)
+    ax2.legend(fontsize=7, ncol=2)
+    ax1.set_title(title or "loss vs tokens")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def public(report: dict) -> dict:
+    return {k: v for k, v in report.items() if not k.startswith("_")}
+
+
+def write_compare(report: dict, out: Path, title: str = "") -> dict:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compare.json").write_text(json.dumps(public(report), indent=2) + "\n")
+    (out / "compare.md").write_text((f"## {title}\n\n" if title else "") + markdown_table(report))
+    plot(report, out / "compare.png", title)
+    return {"json": str(out / "compare.json"), "md": str(out / "compare.md"),
+            "png": str(out / "compare.png")}

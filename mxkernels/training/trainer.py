@@ -1,0 +1,643 @@
+"""The training loop, top to bottom: config, run directory, model + recipe, data, loop, checkpoints.
+
+``train(cfg)`` is what ``mxref train`` runs. Read it in order:
+
+1. :func:`prepare_run_dir` — refuse a directory that is not a resumable run of the same config.
+2. :func:`build` — corpus, sampler, model (random init from the seed), recipe swap, optimizer.
+3. resume from ``checkpoints/latest.json`` if present (weights, optimizer, RNG; data = step).
+4. the loop: lr schedule, batch, (arm one layer for validation), forward, backward, check,
+   clip, step, log line, eval, checkpoint.
+5. ``summary.json``.
+
+Run directory: ``config.json`` (everything needed to reproduce), ``log.jsonl`` (one line per
+step), ``checks.jsonl`` (in-run validation records), ``checkpoints/``, ``summary.json``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import math
+import os
+import platform
+import resource
+import subprocess
+import sys
+import time
+from contextlib import nullcontext
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from mxref.errors import (CheckpointError, MXRefError, NonFiniteLossError, RunDirError,
+                          TrainingCheckError, TrainingConfigError)
+
+from . import checkpoint as ckpt
+from . import ddp
+from .data import BatchSampler, load_corpus, val_batches
+from .models import build_model, get_model_spec, param_counts
+
+CONFIG_SCHEMA = "mxref-train-config/1"
+SUMMARY_SCHEMA = "mxref-train-summary/1"
+# Learning rates of training_anchors.md C.0 (Quartet), scaled by model size.
+DEFAULT_LR = {"tiny": 3e-3, "30m": 1.2e-3, "50m": 1.2e-3, "60m": 1.2e-3, "100m": 6e-4, "125m": 6e-4}
+
+
+@dataclass
+class TrainConfig:
+    """Every knob of a run. Fields in ``NON_IDENTITY`` do not change the loss trajectory."""
+
+    model: str = "llama-tiny"
+    recipe: str = "bf16"  # a name in RECIPES / experiments.VARIANTS, or a path to a recipe JSON
+    tokens: int = 1_000_000
+    seed: int = 0
+    seq_len: int = 256
+    batch_size: int = 32  # global batch, sequences per optimizer step
+    grad_accum: int = 1
+    lr: float | None = None  # None: DEFAULT_LR by model size
+    min_lr_frac: float = 0.1
+    warmup_frac: float = 0.1
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.95
+    grad_clip: float = 1.0
+    precision: str = "bf16"  # bf16: fp32 master weights + bf16 autocast; fp32: no autocast
+    backend: str = "auto"  # MXLinear backend
+    device: str = "auto"
+    corpus: str = "stdlib"
+    val_fraction: float = 0.02
+    eval_every: int = 0  # 0: only at the end
+    eval_tokens: int = 65_536
+    ckpt_every: int = 0  # 0: only at the end
+    keep_checkpoints: int = 2
+    validate_every: int = 0  # 0: no in-run validation
+    out: str = "runs/run"
+    progress: bool = True
+    stop_after: int | None = None  # leave cleanly after this step (checkpoint, status "stopped")
+    threads: int = 0  # CPU intra-op threads (0: torch's default); part of the bit-exactness setup
+    debug_nan_at_step: int | None = None  # test hook: the loss of this step is replaced by NaN
+
+    NON_IDENTITY = ("out", "progress", "keep_checkpoints", "device", "backend", "threads",
+                    "stop_after")
+
+    def identity(self) -> dict:
+        d = dataclasses.asdict(self)
+        for k in self.NON_IDENTITY:
+            d.pop(k, None)
+        return d
+
+    @property
+    def tokens_per_step(self) -> int:
+        return self.seq_len * self.batch_size
+
+    @property
+    def total_steps(self) -> int:
+        return self.tokens // self.tokens_per_step
+
+    def resolved_lr(self) -> float:
+        if self.lr is not None:
+            return self.lr
+        return DEFAULT_LR.get(self.model.rsplit("-", 1)[-1], 6e-4)
+
+    def validate(self, world_size: int = 1) -> None:
+        get_model_spec(self.model)
+        if self.precision not in ("bf16", "fp32"):
+            raise TrainingConfigError(f"precision={self.precision!r}; use bf16 or fp32")
+        for k in ("seq_len", "batch_size", "grad_accum", "tokens"):
+            if getattr(self, k) < 1:
+                raise TrainingConfigError(f"{k} must be >= 1, got {getattr(self, k)}")
+        if self.total_steps < 1:
+            raise TrainingConfigError(
+                f"--tokens {self.tokens} is less than one step of batch_size*seq_len = "
+                f"{self.tokens_per_step} tokens")
+        if self.batch_size % (world_size * self.grad_accum):
+            raise TrainingConfigError(
+                f"batch_size {self.batch_size} is not divisible by world_size*grad_accum = "
+                f"{world_size}*{self.grad_accum}")
+        for k in ("eval_every", "ckpt_every", "validate_every"):
+            if getattr(self, k) < 0:
+                raise TrainingConfigError(f"{k} must be >= 0")
+        if self.recipe == "bf16" and self.validate_every:
+            raise TrainingConfigError("--validate-every needs a quantized recipe; bf16 has no MX "
+                                      "layer to check")
+        if not 0 <= self.warmup_frac < 1 or not 0 <= self.min_lr_frac <= 1:
+            raise TrainingConfigError("warmup_frac must be in [0, 1) and min_lr_frac in [0, 1]")
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warmup over warmup_frac of the steps, then cosine down to min_lr_frac * lr."""
+    peak, total = cfg.resolved_lr(), cfg.total_steps
+    warm = int(cfg.warmup_frac * total)
+    if step < warm:
+        return peak * (step + 1) / warm
+    t = (step - warm) / max(1, total - warm)
+    return peak * (cfg.min_lr_frac + (1 - cfg.min_lr_frac) * 0.5 * (1 + math.cos(math.pi * t)))
+
+
+# ---- recipes (task A's API) -------------------------------------------------------------
+def resolve_recipe(spec: str, seed: int):
+    """A Recipe from a name (RECIPES, or an experiment variant) or a recipe JSON file; its
+    random streams are seeded from the run's seed so that paired runs differ only by recipe."""
+    from .recipes import RECIPES, get_recipe, recipe_from_dict
+
+    if spec not in RECIPES and spec.endswith(".json") and Path(spec).is_file():
+        recipe = recipe_from_dict(json.loads(Path(spec).read_text()))
+    else:
+        from .experiments import VARIANTS
+
+        recipe = VARIANTS[spec] if spec in VARIANTS else get_recipe(spec)
+    return recipe.replace(seed=seed)
+
+
+# ---- run directory ----------------------------------------------------------------------
+def _git_commit() -> str | None:
+    try:
+        root = Path(__file__).resolve().parents[2]
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=5)
+        if out.returncode != 0:
+            return None
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return out.stdout.strip() + ("-dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def environment(device: torch.device) -> dict:
+    import transformers
+
+    import mxref
+
+    env = {"python": sys.version.split()[0], "torch": torch.__version__,
+           "transformers": transformers.__version__, "numpy": np.__version__,
+           "mxref": getattr(mxref, "__version__", "?"), "git_commit": _git_commit(),
+           "platform": platform.platform(), "hostname": platform.node(),
+           "device": str(device), "torch_threads": torch.get_num_threads()}
+    try:
+        import triton
+
+        env["triton"] = triton.__version__
+    except ImportError:
+        env["triton"] = None
+    if device.type == "cuda":
+        p = torch.cuda.get_device_properties(device)
+        env.update(gpu=p.name, gpu_memory_gib=round(p.total_memory / 2**30, 1),
+                   cuda=torch.version.cuda)
+    return env
+
+
+def fingerprint(identity: dict) -> str:
+    return hashlib.sha256(json.dumps(identity, sort_keys=True).encode()).hexdigest()
+
+
+def _diff_keys(a: dict, b: dict, prefix="") -> list[str]:
+    out = []
+    for k in sorted(set(a) | set(b)):
+        va, vb = a.get(k), b.get(k)
+        if isinstance(va, dict) and isinstance(vb, dict):
+            out += _diff_keys(va, vb, f"{prefix}{k}.")
+        elif va != vb:
+            out.append(f"{prefix}{k}: {vb!r} in the run dir, {va!r} now")
+    return out
+
+
+def prepare_run_dir(out: Path, identity: dict) -> str:
+    """'new', 'resume' or 'complete'. Never touches a directory that is not the same run."""
+    if out.exists() and not out.is_dir():
+        raise RunDirError(f"{out} exists and is not a directory")
+    if not out.exists() or not any(out.iterdir()):
+        return "new"
+    cfg_path = out / "config.json"
+    if not cfg_path.exists():
+        raise RunDirError(f"{out} exists, is not empty and holds no config.json: not a run "
+                          "directory; choose another --out (nothing was changed)")
+    try:
+        old = json.loads(cfg_path.read_text())
+    except ValueError as e:
+        raise RunDirError(f"{cfg_path} is not valid JSON ({e}); nothing was changed") from None
+    if old.get("schema") != CONFIG_SCHEMA:
+        raise RunDirError(f"{cfg_path} has schema {old.get('schema')!r}, not {CONFIG_SCHEMA}")
+    diffs = _diff_keys(identity, old.get("identity", {}))
+    if diffs:
+        raise RunDirError(f"{out} holds a different run; refusing to overwrite it. Differences: "
+                          + "; ".join(diffs[:6]) + (" ..." if len(diffs) > 6 else ""))
+    summary = out / "summary.json"
+    if summary.exists():
+        try:
+            if json.loads(summary.read_text()).get("status") == "complete":
+                return "complete"
+        except ValueError:
+            pass
+    return "resume"
+
+
+def _truncate_jsonl(path: Path, start_step: int) -> None:
+    """Drop lines of steps >= start_step (written after the checkpoint we resume from)."""
+    if not path.exists():
+        return
+    keep = []
+    for line in path.read_text().splitlines():
+        try:
+            if json.loads(line).get("step", -1) < start_step:
+                keep.append(line)
+        except ValueError:  # a line cut by kill -9
+            continue
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(line + "\n" for line in keep))
+    os.replace(tmp, path)
+
+
+# ---- building blocks --------------------------------------------------------------------
+def pick_device(spec: str) -> torch.device:
+    if spec == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    dev = torch.device(spec)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise TrainingConfigError("--device cuda but CUDA is not available")
+    return dev
+
+
+def make_optimizer(model, cfg: TrainConfig):
+    """AdamW; no weight decay on 1-D parameters (norms, biases)."""
+    decay = [p for p in model.parameters() if p.ndim >= 2]
+    no_decay = [p for p in model.parameters() if p.ndim < 2]
+    groups = [{"params": decay, "weight_decay": cfg.weight_decay},
+              {"params": no_decay, "weight_decay": 0.0}]
+    return torch.optim.AdamW(groups, lr=cfg.resolved_lr(), betas=(cfg.beta1, cfg.beta2),
+                             eps=1e-8, foreach=False)
+
+
+def lm_loss(model, tokens: torch.Tensor):
+    """Next-token cross entropy in fp32 (plus the MoE router's auxiliary loss, if any)."""
+    inputs, targets = tokens[:, :-1], tokens[:, 1:]
+    out = model(input_ids=inputs)
+    logits = out.logits.float()
+    ce = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), targets.reshape(-1))
+    aux = getattr(out, "aux_loss", None)
+    if aux is not None:
+        coef = getattr(ddp.unwrap(model).config, "router_aux_loss_coef", 0.0)
+        return ce, ce + coef * aux.float(), aux.detach().float()
+    return ce, ce, None
+
+
+@torch.no_grad()
+def evaluate(model, batches, device, autocast) -> float:
+    was = model.training
+    model.eval()
+    total, n = 0.0, 0
+    for b in batches:
+        t = torch.from_numpy(b).to(device)
+        with autocast():
+            ce, _, _ = lm_loss(model, t)
+        total += float(ce) * b.shape[0]
+        n += b.shape[0]
+    model.train(was)
+    return total / n
+
+
+def peak_memory(device: torch.device) -> dict:
+    if device.type == "cuda":
+        return {"peak_mem_bytes": int(torch.cuda.max_memory_allocated(device)), "kind": "cuda_max_allocated"}
+    # ru_maxrss is in KiB on Linux
+    return {"peak_mem_bytes": int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024,
+            "kind": "cpu_ru_maxrss"}
+
+
+class _JsonlWriter:
+    def __init__(self, path: Path, enabled: bool):
+        self.f = open(path, "a") if enabled else None
+
+    def write(self, rec: dict) -> None:
+        if self.f:
+            self.f.write(json.dumps(rec, sort_keys=True) + "\n")
+            self.f.flush()
+
+    def close(self):
+        if self.f:
+            self.f.close()
+
+
+def _record_dict(rec) -> dict:
+    if hasattr(rec, "to_dict"):
+        return rec.to_dict()
+    if dataclasses.is_dataclass(rec):
+        return dataclasses.asdict(rec)
+    return dict(rec)
+
+
+@dataclass
+class Built:
+    model: torch.nn.Module
+    raw_model: torch.nn.Module
+    optimizer: torch.optim.Optimizer
+    sampler: BatchSampler
+    val: list
+    corpus: object
+    recipe: object
+    swapped: list = field(default_factory=list)
+
+
+def build(cfg: TrainConfig, device: torch.device, dist: ddp.DistInfo) -> Built:
+    corpus = load_corpus(cfg.corpus, cfg.val_fraction)
+    sampler = BatchSampler(corpus.train, cfg.seq_len, cfg.batch_size, cfg.seed)
+    val = val_batches(corpus.val, cfg.seq_len, max(1, cfg.batch_size // cfg.grad_accum),
+                      cfg.eval_tokens)
+    recipe = resolve_recipe(cfg.recipe, cfg.seed)
+    raw = build_model(cfg.model, corpus.vocab_size, cfg.seed, max_seq_len=max(cfg.seq_len, 512),
+                      device=device)
+    swapped = []
+    if recipe.quantized:
+        from .mxlinear import swap_linears
+
+        swapped = list(swap_linears(raw, recipe, backend=cfg.backend))
+    model = ddp.wrap(raw, dist, device)
+    return Built(model, raw, make_optimizer(raw, cfg), sampler, val, corpus, recipe, swapped)
+
+
+def _set_step(model, step: int) -> None:
+    try:
+        from .mxlinear import set_step
+    except ImportError:  # pragma: no cover - task A's module absent
+        return
+    set_step(model, step)
+
+
+# ---- the loop ---------------------------------------------------------------------------
+def train(cfg: TrainConfig) -> dict:
+    """Run (or resume) one training run; returns the summary dict (also in summary.json).
+
+    Raises RunDirError / CheckpointError / TrainingConfigError before training starts,
+    TrainingCheckError when an in-run check fails and NonFiniteLossError on a NaN/inf loss;
+    in both of the latter the last good checkpoint is kept and summary.json says why.
+    """
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    device = pick_device(cfg.device)
+    dist = ddp.init_distributed(device.type)
+    if dist.enabled:
+        device = ddp.device_for(dist, device.type)
+    cfg.validate(dist.world_size)
+    resolve_recipe(cfg.recipe, cfg.seed)  # unknown recipe: fail before loading anything
+    out = Path(cfg.out)
+    try:
+        return _train(cfg, out, device, dist)
+    finally:
+        ddp.shutdown(dist)
+
+
+def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo) -> dict:
+    torch.manual_seed(cfg.seed)
+    b = build(cfg, device, dist)
+    identity = {"train": cfg.identity(), "recipe": b.recipe.to_dict(),
+                "corpus_sha256": b.corpus.sha256, "world_size": dist.world_size}
+    fp = fingerprint(identity)
+    mode = prepare_run_dir(out, identity)
+    if mode == "complete":
+        return json.loads((out / "summary.json").read_text())
+    ddp.barrier(dist)
+    ck_root = out / "checkpoints"
+    start = 0
+    if mode == "resume":
+        last = ckpt.latest_checkpoint(ck_root)
+        if last is not None:
+            meta = ckpt.load_checkpoint(last, b.raw_model, b.optimizer, fp, device)
+            start = int(meta["step"])
+    main = dist.is_main
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+        if mode == "new":
+            config = {"schema": CONFIG_SCHEMA, "identity": identity, "fingerprint": fp,
+                      "train": dataclasses.asdict(cfg), "lr": cfg.resolved_lr(),
+                      "total_steps": cfg.total_steps, "tokens_per_step": cfg.tokens_per_step,
+                      "recipe": b.recipe.to_dict(), "corpus": b.corpus.describe(),
+                      "model": {"name": cfg.model, **dataclasses.asdict(get_model_spec(cfg.model)),
+                                "params": param_counts(b.raw_model),
+                                "hf_config": b.raw_model.config.to_dict()},
+                      "swapped_linears": b.swapped, "world_size": dist.world_size,
+                      "env": environment(device),
+                      "reproduce": "mxref train " + " ".join(_cli_args(cfg))}
+            ckpt.write_json_atomic(out / "config.json", config)
+        _truncate_jsonl(out / "log.jsonl", start)
+        _truncate_jsonl(out / "checks.jsonl", start)
+        (out / "summary.json").unlink(missing_ok=True)
+    ddp.barrier(dist)
+
+    log = _JsonlWriter(out / "log.jsonl", main)
+    checks = _JsonlWriter(out / "checks.jsonl", main)
+    autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) \
+        if cfg.precision == "bf16" else nullcontext
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    total = cfg.total_steps
+    micro = cfg.batch_size // (dist.world_size * cfg.grad_accum)
+    bar = None
+    if main and cfg.progress:
+        from tqdm import tqdm
+
+        bar = tqdm(total=total, initial=start, file=sys.stderr, unit="step", dynamic_ncols=True,
+                   desc=f"{cfg.model} {b.recipe.name}")
+    status, error, last_val, step_times = "complete", None, None, []
+    last_ckpt = start if start else None
+    t_run = time.perf_counter()
+    step = start
+    try:
+        for step in range(start, total):
+            t0 = time.perf_counter()
+            lr = lr_at(step, cfg)
+            for g in b.optimizer.param_groups:
+                g["lr"] = lr
+            _set_step(b.raw_model, step)
+            rows = b.sampler.batch(step, dist.rank, dist.world_size)
+            armed = _arm_validation(cfg, b, step)
+            loss_sum = torch.zeros((), device=device)
+            aux_sum = None
+            qt = _quant_timer(b)
+            for k in range(cfg.grad_accum):
+                tokens = torch.from_numpy(rows[k * micro:(k + 1) * micro]).to(device)
+                sync = k == cfg.grad_accum - 1 or not dist.enabled
+                with (nullcontext() if sync else b.model.no_sync()), qt:
+                    with autocast():
+                        ce, total_loss, aux = lm_loss(b.model, tokens)
+                    (total_loss / cfg.grad_accum).backward()
+                loss_sum += ce.detach() / cfg.grad_accum
+                if aux is not None:
+                    aux_sum = (aux_sum or 0) + aux / cfg.grad_accum
+                if armed is not None and k == 0:
+                    _check_validation(armed, step, checks, log, dist, device)
+                    armed = None
+            loss_t = ddp.all_reduce_mean(loss_sum, dist)
+            if cfg.debug_nan_at_step is not None and step == cfg.debug_nan_at_step:
+                loss_t = loss_t * float("nan")
+            grad_norm = torch.nn.utils.clip_grad_norm_(b.raw_model.parameters(), cfg.grad_clip)
+            loss = float(loss_t)
+            if not math.isfinite(loss) or not math.isfinite(float(grad_norm)):
+                log.write({"step": step, "tokens": (step + 1) * cfg.tokens_per_step,
+                           "loss": loss if math.isfinite(loss) else str(loss), "lr": lr,
+                           "grad_norm": float(grad_norm) if math.isfinite(float(grad_norm))
+                           else str(float(grad_norm))})
+                raise NonFiniteLossError(
+                    f"step {step}: loss {loss}, grad norm {float(grad_norm)}; stopped. The last "
+                    f"good checkpoint is "
+                    f"{'step ' + str(last_ckpt) if last_ckpt is not None else 'none (no checkpoint yet)'}"
+                    f" in {ck_root}")
+            b.optimizer.step()
+            b.optimizer.zero_grad(set_to_none=True)
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
+            dt = time.perf_counter() - t0
+            step_times.append(dt)
+            rec = {"step": step, "tokens": (step + 1) * cfg.tokens_per_step, "loss": loss,
+                   "lr": lr, "grad_norm": float(grad_norm), "step_time_s": round(dt, 6),
+                   "tokens_per_s": round(cfg.tokens_per_step / dt, 1)}
+            if aux_sum is not None:
+                rec["aux_loss"] = float(aux_sum)
+            if b.swapped:
+                q_s = qt.timer.seconds()
+                rec["quant_time_s"] = round(q_s, 6)
+                rec["quant_share"] = round(q_s / dt, 4)
+            last_step = step == total - 1
+            if (cfg.eval_every and (step + 1) % cfg.eval_every == 0) or last_step:
+                if main:
+                    last_val = evaluate(b.raw_model, b.val, device, autocast)
+                    rec["val_loss"] = last_val
+                ddp.barrier(dist)
+            log.write(rec)
+            if (cfg.ckpt_every and (step + 1) % cfg.ckpt_every == 0) or last_step:
+                if main:
+                    ckpt.save_checkpoint(ck_root, step + 1, (step + 1) * cfg.tokens_per_step,
+                                         b.raw_model, b.optimizer, fp, cfg.keep_checkpoints)
+                last_ckpt = step + 1
+                ddp.barrier(dist)
+            if bar:
+                bar.update(1)
+                bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{cfg.tokens_per_step / dt:.3g}")
+            if cfg.stop_after is not None and step + 1 >= cfg.stop_after and not last_step:
+                if last_ckpt != step + 1:
+                    if main:
+                        ckpt.save_checkpoint(ck_root, step + 1, (step + 1) * cfg.tokens_per_step,
+                                             b.raw_model, b.optimizer, fp, cfg.keep_checkpoints)
+                    last_ckpt = step + 1
+                    ddp.barrier(dist)
+                status = "stopped"
+                break
+    except NonFiniteLossError as e:
+        status, error = "nonfinite_loss", e
+    except TrainingCheckError as e:
+        status, error = "check_failed", e
+    finally:
+        if bar:
+            bar.close()
+        log.close()
+        checks.close()
+    summary = _summary(cfg, out, b, device, dist, status, error, last_val, step_times,
+                       time.perf_counter() - t_run, last_ckpt, start)
+    if main:
+        ckpt.write_json_atomic(out / "summary.json", summary)
+    if error is not None:
+        raise error
+    return summary
+
+
+class _QuantTiming:
+    """Re-entrant wrapper of mxlinear's quant_timer: accumulates over the micro-batches."""
+
+    def __init__(self, timer):
+        self.timer, self._cm = timer, None
+
+    def __enter__(self):
+        if self.timer is not None:
+            from .quant import quant_timer
+
+            self._cm = quant_timer(self.timer)
+            self._cm.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        if self._cm is not None:
+            self._cm.__exit__(*exc)
+            self._cm = None
+        return False
+
+
+def _quant_timer(b: Built) -> _QuantTiming:
+    if not b.swapped:
+        return _QuantTiming(None)
+    from .quant import QuantTimer
+
+    return _QuantTiming(QuantTimer())
+
+
+def _arm_validation(cfg: TrainConfig, b: Built, step: int):
+    if not cfg.validate_every or not b.swapped or step % cfg.validate_every:
+        return None
+    from .validate import capture_next
+
+    name = b.swapped[(step // cfg.validate_every) % len(b.swapped)]
+    layer = b.raw_model.get_submodule(name)
+    capture_next(layer)
+    return name, layer
+
+
+def _check_validation(armed, step, checks, log, dist, device):
+    from .validate import check_capture
+
+    name, layer = armed
+    t0 = time.perf_counter()
+    records = check_capture(layer)
+    dt = time.perf_counter() - t0
+    bad = []
+    for r in records:
+        d = {"step": step, "layer": name, "check_time_s": round(dt, 4), **_record_dict(r)}
+        checks.write(d)
+        if not getattr(r, "ok", d.get("ok", False)):
+            bad.append(d)
+    if ddp.any_rank(bool(bad), dist, device):
+        detail = "; ".join(f"{d.get('gemm', '?')} {d.get('operand', '')}: "
+                           f"{d.get('mismatches', '?')} mismatches ({d.get('detail', '')})"
+                           for d in bad[:3]) or "a check failed on another rank"
+        raise TrainingCheckError(f"in-run validation failed at step {step}, layer {name}: {detail}"
+                                 " (records in checks.jsonl)")
+
+
+def _summary(cfg, out, b, device, dist, status, error, last_val, step_times, wall, last_ckpt,
+             start) -> dict:
+    losses = []
+    log_path = out / "log.jsonl"
+    if log_path.exists():
+        for line in log_path.read_text().splitlines():
+            try:
+                r = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(r.get("loss"), float):
+                losses.append(r["loss"])
+    tail = losses[-max(1, len(losses) // 10):] if losses else []
+    times = step_times[1:] if len(step_times) > 1 else step_times  # first step includes compile
+    med = float(np.median(times)) if times else None
+    return {"schema": SUMMARY_SCHEMA, "status": status, "error": str(error) if error else None,
+            "model": cfg.model, "recipe": b.recipe.name, "seed": cfg.seed,
+            "steps_done": len(losses), "total_steps": cfg.total_steps,
+            "tokens": len(losses) * cfg.tokens_per_step,
+            "final_train_loss": losses[-1] if losses else None,
+            "final_train_loss_tail_mean": float(np.mean(tail)) if tail else None,
+            "final_val_loss": last_val, "last_checkpoint_step": last_ckpt,
+            "resumed_from_step": start or None,
+            "median_step_time_s": med,
+            "median_tokens_per_s": cfg.tokens_per_step / med if med else None,
+            "wall_time_s": round(wall, 3), "world_size": dist.world_size, "device": str(device),
+            "params": param_counts(b.raw_model), "swapped_linears": len(b.swapped),
+            **peak_memory(device)}
+
+
+def _cli_args(cfg: TrainConfig) -> list[str]:
+    out = []
+    defaults = TrainConfig()
+    for f in dataclasses.fields(cfg):
+        v = getattr(cfg, f.name)
+        if f.name in ("progress", "debug_nan_at_step") or v == getattr(defaults, f.name):
+            continue
+        out += [f"--{f.name.replace('_', '-')}", str(v)]
+    return out
