@@ -1,0 +1,93 @@
+"""`mxref train compare` on fabricated run directories whose answers are known by hand."""
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from mxkernels.training import compare as C
+from mxref.errors import RunDirError
+
+
+def _run(root, name, recipe, losses, seed=0, val=None):
+    d = root / name
+    d.mkdir(parents=True)
+    cfg = {"schema": "mxref-train-config/1", "recipe": {"name": recipe},
+           "corpus": {"sha256": "abc"},
+           "train": {"seed": seed, "model": "llama-tiny", "seq_len": 10, "batch_size": 10,
+                     "tokens": 100 * len(losses)}}
+    (d / "config.json").write_text(json.dumps(cfg))
+    lines = []
+    for s, x in enumerate(losses):
+        rec = {"step": s, "tokens": 100 * (s + 1), "loss": float(x)}
+        if val is not None and s == len(losses) - 1:
+            rec["val_loss"] = val
+        lines.append(json.dumps(rec))
+    lines.append("{cut by kill -9")
+    (d / "log.jsonl").write_text("\n".join(lines) + "\n")
+    (d / "summary.json").write_text(json.dumps({"status": "complete", "median_step_time_s": 2.0
+                                                if recipe != "bf16" else 1.0}))
+    return d
+
+
+@pytest.fixture
+def runs(tmp_path):
+    s = np.arange(100)
+    base = 4 - 0.01 * s  # 100 steps of 100 tokens; EMA horizon 5 steps (alpha 0.8, lag 4)
+    return {
+        "bf16": _run(tmp_path, "bf16-s0", "bf16", base, val=3.0),
+        "worse": _run(tmp_path, "worse-s0", "mxfp4-fdw", base + 0.045, val=3.07),
+        "faster": _run(tmp_path, "faster-s0", "mxfp4-f", 4 - 0.0126 * s, val=2.9),
+        "other_seed": _run(tmp_path, "x-s1", "mxfp4-fdw", base, seed=1),
+    }
+
+
+def test_ema_is_bias_corrected_and_shift_equivariant():
+    assert np.allclose(C.ema(np.full(7, 3.0), 0.8), 3.0)
+    x = np.random.default_rng(0).normal(size=50)
+    assert np.allclose(C.ema(x + 0.25, 0.9) - C.ema(x, 0.9), 0.25)
+
+
+def test_dl_extra_tokens_and_pairing(runs):
+    rep = C.compare_runs([str(p) for p in runs.values()])
+    rows = {r["name"]: r for r in rep["runs"]}
+    assert rep["unpaired"] == [str(runs["other_seed"])]  # seed 1 has no bf16 partner
+    w = rows["worse-s0"]
+    assert w["dL_train_tail"] == pytest.approx(0.045)
+    assert w["dL_train_ema"] == pytest.approx(0.045)
+    assert w["dL_val"] == pytest.approx(0.07)
+    assert w["extra_tokens_frac"] is None and not w["reached_bf16_loss"]
+    # bf16's EMA is 0.045 above its final value 4.5 steps before the end: first at or below
+    # it at step 95 (0.04 above), i.e. 9,600 tokens; the run used 10,000
+    assert w["extra_tokens_frac_iso"] == pytest.approx(10_000 / 9_600 - 1)
+    assert w["step_time_ratio"] == pytest.approx(2.0)
+    f = rows["faster-s0"]
+    # target = bf16 EMA at the end = 4 - 0.01 * (99 - 4) = 3.05; the run's EMA
+    # 4 - 0.0126 * (i - 4) first gets there at i = 80 -> 8,100 tokens of 10,000
+    assert f["extra_tokens_frac"] == pytest.approx(8_100 / 10_000 - 1)
+    assert f["reached_bf16_loss_at_tokens"] == 8_100
+    agg = {a["recipe"]: a for a in rep["by_recipe"]}
+    assert agg["mxfp4-fdw"]["seeds"] == [0] and agg["mxfp4-fdw"]["dL_val_mean"] == pytest.approx(0.07)
+
+
+def test_cli_compare_writes_json_md_png(runs, tmp_path):
+    from mxkernels.training.cli import train_group
+
+    out = tmp_path / "cmp"
+    r = CliRunner().invoke(train_group, ["compare", str(runs["bf16"]), str(runs["worse"]),
+                                         "--out", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["schema"] == "mxref-train-compare/1" and len(doc["runs"]) == 1
+    assert (out / "compare.png").read_bytes()[:4] == b"\x89PNG"
+    assert "mxfp4-fdw" in (out / "compare.md").read_text()
+    assert json.loads((out / "compare.json").read_text())["runs"][0]["recipe"] == "mxfp4-fdw"
+
+
+def test_compare_refuses_non_runs_and_missing_baseline(runs, tmp_path):
+    from mxkernels.training.cli import train_group
+
+    with pytest.raises(RunDirError):
+        C.compare_runs([str(tmp_path)])
+    r = CliRunner().invoke(train_group, ["compare", str(runs["worse"])])
+    assert r.exit_code == 2 and "no bf16 run" in r.output
