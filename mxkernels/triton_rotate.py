@@ -25,9 +25,15 @@ subnormal inputs, partial sums and results are kept, as the reference requires. 
 interpreter computes with numpy float32 (IEEE, no flush).
 
 After the rotation, the fused kernels quantize the rotated values (a register tile, never
-written to memory) exactly as ``triton_quant.mx_quantize_kernel`` / ``nvfp4_quantize_kernel``
-do, with the same integer helpers and constexpr knobs (``mx_constexprs``), so every format and
-profile the generic kernels support works here. A program's tile is [ROWS, W] with
+written to memory). MX formats and profiles that ``triton_fast.supports(fmt, profile,
+'float32')`` (``ocp``, ``rceil``, ``triton_kernels_round_down``; MXFP4/6/8) go through
+triton_fast's encoder (``_orient``: block amax of the magnitude bits, the E8M0 byte from the
+exponent field, one fp32 multiply by 2^-s, the element rounding as one fp32 add, integer code
+arithmetic; proofs P1-P6 in triton_fast's docstring, whose input there may be any fp32 value,
+as the rotated tile is here). Every other MX profile / format (MXINT8, other knobs) and NVFP4
+quantize exactly as ``triton_quant.mx_quantize_kernel`` / ``nvfp4_quantize_kernel`` do, with
+the same integer helpers and constexpr knobs (``mx_constexprs``), so every format and profile
+the generic kernels support works here. A program's tile is [ROWS, W] with
 W = max(n, quant block): whole rotation blocks and whole quant blocks (n = 16 with MX: two
 rotation blocks per scale block).
 
@@ -47,6 +53,8 @@ import triton
 import triton.language as tl
 
 from mxkernels.triton_sr import _philox4 as _philox_word0  # Philox4x32-10, word 0
+from mxkernels.triton_fast import _orient as _fast_orient   # the fast MX encoder (@jit)
+from mxkernels.triton_fast import supports as _fast_supports
 from mxkernels.triton_quant import (
     KernelUnsupported,
     _as_bits,
@@ -246,25 +254,39 @@ def rotate_mx_quantize_kernel(
         SCALE_RULE: tl.constexpr, ROUNDING: tl.constexpr, OVERFLOW: tl.constexpr,
         NAN_POISON: tl.constexpr, INF_MODE: tl.constexpr, SIGNED_ZERO: tl.constexpr,
         FLUSH: tl.constexpr, RCEIL_ANY_UP: tl.constexpr, SCALE_OVF_NAN: tl.constexpr,
-        ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr):
+        ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr,
+        FAST: tl.constexpr, FILL: tl.constexpr, SATURATE: tl.constexpr):
     """Rotation then MX quantization along the rows of a contiguous [rows, n_cols] array:
     E8M0 bytes [rows, n_blk] (n_blk = ceil(n_cols / BLOCK), a ragged last block zero padded)
-    and codes [rows, n_cols] (or [rows, n_cols / 2] with PACK4). W = max(N, BLOCK)."""
+    and codes [rows, n_cols] (or [rows, n_cols / 2] with PACK4). W = max(N, BLOCK).
+    FAST: the rotated fp32 tile is encoded by triton_fast's encoder (``_orient``: one fp32
+    multiply by 2^-s, integer code arithmetic; the profiles / formats of
+    ``triton_fast.supports``, BLOCK = 32, FILL / SATURATE as ``fast_constexprs``); else by
+    the generic ``_mx_blocks`` (every profile)."""
     _, g_ok, r, c, cols, offs, m = _chunk_tile(rows_per_t, 1, n_cols, n_chunk, W, ROWS,
                                                 False)
     raw = tl.load(x_ptr + offs, mask=m, other=0)
     y = _rotate_tile(raw, sign_ptr, SRC, N, LOG2N, W, ROWS, HAS_SIGNS, C_BITS, BF16)
     NQ: tl.constexpr = W // BLOCK                 # quant blocks per chunk
-    byte, code = _mx_blocks(tl.reshape(y, (ROWS * NQ, BLOCK)), EL_IS_INT, EL_MBITS, EL_EMIN,
-                            EL_BIAS, EL_EMAX, EL_MAXCODE, EL_SIGNBIT, EL_NAN, EL_INF,
-                            EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE, ROUNDING, OVERFLOW,
-                            NAN_POISON, INF_MODE, SIGNED_ZERO, FLUSH, RCEIL_ANY_UP,
-                            SCALE_OVF_NAN, ZEXP, RCEIL_LOG2)
+    if FAST:
+        # y is the rotation contract's fp32 result (NaN canonical 0x7FC00000, so the fast
+        # encoder's "amax >= 0x7F800000 poisons" sees NaN and Inf alike); masked lanes are
+        # rotations of +0 (= +0), the zero padding of a ragged block. blk_ok only feeds the
+        # tiny-block branch, which is off here.
+        byte, code = _fast_orient(y & 0x7FFFFFFF, y, g_ok[:, None], 1, ROWS, W, EL_MBITS,
+                                  EL_EMIN, EL_EMAX, EL_MAXCODE, EL_SIGNBIT, FILL, EL_MAXSIG,
+                                  EL_EVENTHR, SCALE_RULE, SATURATE, False)
+    else:
+        byte, code = _mx_blocks(tl.reshape(y, (ROWS * NQ, BLOCK)), EL_IS_INT, EL_MBITS,
+                                EL_EMIN, EL_BIAS, EL_EMAX, EL_MAXCODE, EL_SIGNBIT, EL_NAN,
+                                EL_INF, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE, ROUNDING,
+                                OVERFLOW, NAN_POISON, INF_MODE, SIGNED_ZERO, FLUSH,
+                                RCEIL_ANY_UP, SCALE_OVF_NAN, ZEXP, RCEIL_LOG2)
     qb = (c * NQ)[:, None] + tl.arange(0, NQ)[None, :]              # [ROWS, NQ]
     sm = g_ok[:, None] & (qb < n_blk)
     soffs = r[:, None] * n_blk + qb
-    tl.store(scale_ptr + tl.reshape(soffs, (ROWS * NQ,)), byte.to(tl.uint8),
-             mask=tl.reshape(sm, (ROWS * NQ,)))
+    tl.store(scale_ptr + tl.reshape(soffs, (ROWS * NQ,)),
+             tl.reshape(byte, (ROWS * NQ,)).to(tl.uint8), mask=tl.reshape(sm, (ROWS * NQ,)))
     _store_codes(code_ptr, tl.reshape(code, (ROWS, W)), r, cols, offs, m, n_cols, ROWS, W,
                  PACK4)
 
@@ -463,9 +485,11 @@ def _check_round_to(round_to) -> bool:
 
 def rotate_constexprs(kernel: str, n: int, *, src_dtype="float32", round_to="float32",
                       has_signs=True, rows=None, fmt=None, profile="ocp",
-                      packed=False, tpack=False) -> dict:
+                      packed=False, tpack=False, encoder="auto") -> dict:
     """Every constexpr of ``KERNELS[kernel]`` for rotation size n (and, for the quantizing
-    kernels, format / profile: the knobs of ``triton_quant.mx_constexprs``)."""
+    kernels, format / profile: the knobs of ``triton_quant.mx_constexprs``). encoder (MX):
+    'auto' (triton_fast's encoder where ``triton_fast.supports(fmt, profile, 'float32')``,
+    else the generic one), 'generic', or 'fast' (KernelUnsupported where not supported)."""
     n = _check_n(n)
     if kernel == "random_signs":
         return {"N": n}
@@ -484,6 +508,7 @@ def rotate_constexprs(kernel: str, n: int, *, src_dtype="float32", round_to="flo
         ce = {**base, "PACK4": False, "BLOCK": q["BLOCK"], **q}
         ce["W"] = max(n, q["BLOCK"])
         ce["PACK4"] = bool(packed) and get_format(fmt).element.bits == 4
+        ce.update(_encoder_constexprs(fmt, profile, q, encoder))
     elif kernel == "rotate_nvfp4_amax":
         q = mx_constexprs("nvfp4_amax", "nvfp4", profile, "float32")
         ce = {**base, "TPACK": bool(tpack), "WITH_INF": q["WITH_INF"], "FLUSH": q["FLUSH"]}
@@ -498,6 +523,25 @@ def rotate_constexprs(kernel: str, n: int, *, src_dtype="float32", round_to="flo
         raise KeyError(f"unknown kernel {kernel!r}; known: {', '.join(KERNELS)}")
     ce["ROWS"] = rows if rows is not None else _default_rows(ce["W"])
     return ce
+
+
+ENCODERS = ("auto", "generic", "fast")
+
+
+def _encoder_constexprs(fmt, profile, q: dict, encoder: str) -> dict:
+    """FAST / FILL / SATURATE of rotate_mx_quantize_kernel. The fast encoder's input is the
+    rotated fp32 tile, hence ``supports(..., 'float32')``; its other constexprs (EL_*,
+    SCALE_RULE) are the generic ones (same element_constexprs, same SCALE_RULES index)."""
+    if encoder not in ENCODERS:
+        raise KernelUnsupported(f"encoder={encoder!r} is not one of {ENCODERS}")
+    ok = _fast_supports(fmt, profile, "float32") and q["BLOCK"] == 32
+    if encoder == "fast" and not ok:
+        raise KernelUnsupported(f"encoder='fast': triton_fast does not implement "
+                                f"{get_format(fmt).name} under profile "
+                                f"{get_profile(profile).name!r}")
+    fast = ok and encoder != "generic"
+    return {"FAST": fast, "FILL": max(q["EL_NAN"], 0),
+            "SATURATE": get_profile(profile).scale_rule not in ("rceil", "ceil")}
 
 
 def kernel_signature(kernel: str, src_dtype: str, constexprs: dict):
@@ -682,7 +726,7 @@ def quantize_rotated(x: torch.Tensor, fmt: str, profile="ocp", n: int = 32, *, s
                      round_to: str = "float32", src_dtype: str | None = None,
                      packed: bool = False, seed: int = 0, step: int = 0, tensor_id: int = 0,
                      rows: int | None = None, num_warps: int | None = None,
-                     pack_tensors: bool | None = None):
+                     pack_tensors: bool | None = None, encoder: str = "auto"):
     """Rotate blocks of n along the last axis (butterfly, as :func:`rotate`), then quantize
     the rotated values along the same axis in the same kernel; bit-exact with
     ``mxref.rotate.quantize_rotated(x, fmt, profile, n, signs=..., round_to=...)``.
@@ -697,7 +741,9 @@ def quantize_rotated(x: torch.Tensor, fmt: str, profile="ocp", n: int = 32, *, s
     rows: chunks of max(n, block) elements per program (power of two); num_warps: the
     launch's warps; pack_tensors (NVFP4): tiles span tensors on a 1-D grid (True) or grid
     (chunks, T) (False); None picks by size (packed when a tensor is smaller than a tile, and
-    always in the interpreter).
+    always in the interpreter). encoder (MX formats): 'auto' (the fast encoder of
+    ``triton_fast`` where it supports the format / profile, else the generic one),
+    'generic' or 'fast' (same bits; a cross-check and benchmark knob).
     """
     f = get_format(fmt)
     pr = get_profile(profile)
@@ -757,7 +803,7 @@ def quantize_rotated(x: torch.Tensor, fmt: str, profile="ocp", n: int = 32, *, s
         return scales, codes, consts[:, 0].contiguous().view(torch.float32)
 
     ce = rotate_constexprs("rotate_mx_quantize", n, src_dtype=src, round_to=round_to,
-                           has_signs=has, fmt=f, profile=pr, packed=packed)
+                           has_signs=has, fmt=f, profile=pr, packed=packed, encoder=encoder)
     bs = ce["BLOCK"]
     w = ce["W"]
     if c % bs and pr.ragged == "error":

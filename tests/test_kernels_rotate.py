@@ -474,6 +474,18 @@ MUTATIONS = {
     # bf16 by truncation instead of RNE
     "bf16_trunc": ("y = (y + (0x7FFF + ((y >> 16) & 1))) & -65536", "y = y & -65536"),
 }
+# planted bugs in the fast-encoder path of rotate_mx_quantize_kernel (the rotation is right)
+ENCODER_MUTATIONS = {
+    # the sign of the rotated value dropped on the way into the fast encoder
+    "fast_sign": ("_fast_orient(y & 0x7FFFFFFF, y, g_ok", "_fast_orient(y & 0x7FFFFFFF, "
+                  "y & 0x7FFFFFFF, g_ok"),
+    # no saturation under a floor scale rule (ocp): codes above max normal
+    "fast_saturate": ('"SATURATE": get_profile(profile).scale_rule not in ("rceil", "ceil")',
+                      '"SATURATE": False'),
+    # the dispatch guard gone: profiles / formats the fast encoder does not implement use it
+    "fast_everywhere": ('ok = _fast_supports(fmt, profile, "float32") and q["BLOCK"] == 32',
+                        'ok = q["BLOCK"] == 32'),
+}
 
 
 def _mutant(name):
@@ -481,7 +493,7 @@ def _mutant(name):
     triton_sr imports bound to the interpreted copies, as the loader does)."""
     from mxref.backends.triton_backend import load_kernels
     ks = load_kernels(True)
-    old, new = MUTATIONS[name]
+    old, new = {**MUTATIONS, **ENCODER_MUTATIONS}[name]
     src = Path(importlib.util.find_spec("mxkernels.triton_rotate").origin).read_text()
     assert src.count(old) == 1, name
     src = src.replace(old, new)
@@ -489,7 +501,8 @@ def _mutant(name):
         src = src.replace("y = (v * c).to(tl.int32, bitcast=True)",
                           "y = (v * c.to(tl.float64)).to(tl.float32).to(tl.int32, bitcast=True)")
     prev = os.environ.get("TRITON_INTERPRET")
-    deps = ("mxkernels.triton_quant", "mxkernels.triton_sr")   # what triton_rotate imports
+    deps = ("mxkernels.triton_quant", "mxkernels.triton_fast",
+            "mxkernels.triton_sr")                             # what triton_rotate imports
     saved = {d: sys.modules.get(d) for d in deps}
     os.environ["TRITON_INTERPRET"] = "1"
     for d in deps:
@@ -534,6 +547,51 @@ def test_planted_bug_is_caught(name):
     x, xw = as_src(data_for(32, rng, k_random=4), "float32")
     eq_bits(to_np(good.rotate(x, 32, signs="random", seed=1)),
             R.rotate(xw, 32, signs="random", seed=1))
+
+
+@pytest.mark.parametrize("name", list(ENCODER_MUTATIONS))
+def test_planted_encoder_bug_is_caught(name):
+    """The quantize_rotated checks catch a planted bug in the fast-encoder path (and the
+    dispatch to it); the unmutated module passes them."""
+    mod = _mutant(name)
+    rng = np.random.default_rng(4)
+    x, xw = as_src(data_for(32, rng, k_random=4), "bfloat16")
+    cases = [("mxint8", "ocp"), ("mxfp8_e4m3", "te_mxfp8")] if name == "fast_everywhere" \
+        else [("mxfp4", "ocp"), ("mxfp8_e4m3", "ocp")]
+    for fmt, prof in cases:
+        ref = R.quantize_rotated(xw, fmt, prof, 32, signs="random", seed=2)
+        s, c = mod.quantize_rotated(x, fmt, prof, 32, signs="random", seed=2)
+        assert (to_np(c) != ref.codes).any() or (to_np(s) != ref.scales).any(), (fmt, prof)
+        s, c = kmod("cpu").quantize_rotated(x, fmt, prof, 32, signs="random", seed=2)
+        assert (to_np(c) == ref.codes).all() and (to_np(s) == ref.scales).all(), (fmt, prof)
+
+
+def test_quantize_rotated_encoder_dispatch():
+    """The fast encoder is used exactly where triton_fast supports the (format, profile) with
+    fp32 input; encoder='generic' gives the same bits on edge blocks; encoder='fast' refuses
+    what it does not implement."""
+    mod = kmod("cpu")
+    from mxkernels import triton_fast as tf
+    for fmt in MX_FORMATS:
+        for prof in mx_profiles(fmt):
+            ce = mod.rotate_constexprs("rotate_mx_quantize", 32, fmt=fmt, profile=prof)
+            assert ce["FAST"] == tf.supports(fmt, prof, "float32"), (fmt, prof)
+            assert not mod.rotate_constexprs("rotate_mx_quantize", 32, fmt=fmt, profile=prof,
+                                             encoder="generic")["FAST"]
+    assert {p for p in mx_profiles("mxfp4") if mod.rotate_constexprs(
+        "rotate_mx_quantize", 32, fmt="mxfp4", profile=p)["FAST"]} == \
+        {"ocp", "rceil", "triton_kernels_round_down"}
+    with pytest.raises(mod.KernelUnsupported, match="encoder='fast'"):
+        mod.rotate_constexprs("rotate_mx_quantize", 32, fmt="mxint8", encoder="fast")
+    with pytest.raises(mod.KernelUnsupported, match="encoder="):
+        mod.rotate_constexprs("rotate_mx_quantize", 32, fmt="mxfp4", encoder="bogus")
+    rng = np.random.default_rng(9)
+    x, _ = as_src(data_for(16, rng, n_cols=96, k_random=2), "float32")   # ragged last block
+    for fmt, prof in (("mxfp4", "ocp"), ("mxfp8_e5m2", "rceil")):
+        a = mod.quantize_rotated(x, fmt, prof, 16, signs="te16", encoder="fast", packed=True)
+        b = mod.quantize_rotated(x, fmt, prof, 16, signs="te16", encoder="generic",
+                                 packed=True)
+        assert all((to_np(u) == to_np(v)).all() for u, v in zip(a, b)), (fmt, prof)
 
 
 # ---------------------------------------------------------------------------------------------
