@@ -256,3 +256,16 @@ def test_ddp_two_gloo_processes_match_the_single_process_run(tmp_path):
     for x, y in zip(a, b):
         assert abs(x - y) <= 1e-5 * abs(x), (a, b)
     assert json.loads((run / "summary.json").read_text())["world_size"] == 2
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_quantized_training_with_in_run_validation(tmp_path):
+    # Triton backend on CUDA, bf16 autocast, every step checked against mxref
+    s = train(TrainConfig(out=str(tmp_path / "g"), model="llama-tiny", recipe="mxfp4-fdw",
+                          tokens=64 * 32 * 4, seq_len=64, batch_size=32, validate_every=1,
+                          eval_tokens=4096, progress=False, device="cuda"))
+    assert s["status"] == "complete" and s["swapped_linears"] == 14
+    checks = [json.loads(x) for x in (tmp_path / "g" / "checks.jsonl").read_text().splitlines()]
+    assert checks and all(c["ok"] for c in checks)
+    assert len({c["layer"] for c in checks}) == 4

@@ -604,7 +604,7 @@ def _check_validation(armed, step, checks, log, dist, device):
 
 def _summary(cfg, out, b, device, dist, status, error, last_val, step_times, wall, last_ckpt,
              start) -> dict:
-    losses = []
+    losses, shares = [], []
     log_path = out / "log.jsonl"
     if log_path.exists():
         for line in log_path.read_text().splitlines():
@@ -614,6 +614,8 @@ def _summary(cfg, out, b, device, dist, status, error, last_val, step_times, wal
                 continue
             if isinstance(r.get("loss"), float):
                 losses.append(r["loss"])
+            if "quant_share" in r:
+                shares.append(r["quant_share"])
     tail = losses[-max(1, len(losses) // 10):] if losses else []
     times = step_times[1:] if len(step_times) > 1 else step_times  # first step includes compile
     med = float(np.median(times)) if times else None
@@ -627,6 +629,7 @@ def _summary(cfg, out, b, device, dist, status, error, last_val, step_times, wal
             "resumed_from_step": start or None,
             "median_step_time_s": med,
             "median_tokens_per_s": cfg.tokens_per_step / med if med else None,
+            "median_quant_share": float(np.median(shares[1:] or shares)) if shares else None,
             "wall_time_s": round(wall, 3), "world_size": dist.world_size, "device": str(device),
             "params": param_counts(b.raw_model), "swapped_linears": len(b.swapped),
             **peak_memory(device)}
