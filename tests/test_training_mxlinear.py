@@ -335,3 +335,16 @@ def _train_small():
     dt = time.perf_counter() - t0
     assert losses[-1] < losses[0]
     assert dt < 30, dt
+
+
+def test_triton_backend_registers_the_kernel_ops():
+    """Choosing the triton backend loads mxkernels.ops, which registers torch.ops.mxkernels.*
+    (a fresh process: without the import the first quantization failed on the GPU with
+    "'_OpNamespace' 'mxkernels' object has no attribute 'quantize_mx'")."""
+    import subprocess
+    import sys
+    code = ("import torch; from mxkernels.training.mxlinear import _resolve_backend; "
+            "_resolve_backend('triton', torch.device('cpu')); "
+            "print(hasattr(torch.ops.mxkernels, 'quantize_mx'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.stdout.strip() == "True", out.stderr[-2000:]

@@ -45,7 +45,9 @@ def _resolve_backend(backend: str, device: torch.device) -> str:
     if backend not in BACKENDS:
         raise RecipeError(f"backend={backend!r}; use one of {BACKENDS}")
     if backend == "auto":
-        return "triton" if device.type == "cuda" else "torch"
+        backend = "triton" if device.type == "cuda" else "torch"
+    if backend == "triton":
+        import mxkernels.ops  # noqa: F401  (registers torch.ops.mxkernels.*)
     return backend
 
 
