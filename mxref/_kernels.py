@@ -15,6 +15,8 @@ import os
 
 import numba as nb
 import numpy as np
+from numba.core import types
+from numba.extending import intrinsic
 
 from .formats import FP32
 from .formats import (P_BIAS, P_EMAX, P_EMIN, P_EVENTHR, P_INF, P_KIND, P_MAXCODE, P_MAXF32,
@@ -286,89 +288,142 @@ def block_amax(bits, r, lo, hi, flush):
 CHUNK_BLOCKS = 256     # blocks per parallel task: rows of any length spread over the threads
 
 
-@njit(**_JIT)
-def encode_span_fast(row, out, lo, hi, sh, mids, ge, log2_block, m, emin, bias,
-                     maxcode, ovf_code, signbit, is_int, mode):
-    """Element encoding of row[lo:hi], block j at exponent ``sh[j]`` (RNE / ties_away /
-    ties_zero, signed zeros preserved, no flush), choosing per block the cheapest of three
-    exact, vectorizable paths:
+# ---- int32 lane arithmetic --------------------------------------------------------------
+# Numba types every operation on int32 operands as int64, and LLVM cannot narrow a variable
+# shift back to 32 bits: a loop written with np.int32 casts still runs on 4-lane int64 vectors
+# (AVX2 has no 64-bit min/max either). These intrinsics are the plain LLVM i32 instructions,
+# so the element loops below vectorize 8 lanes wide. Two's complement, no overflow flags; every
+# shift amount the callers pass lies in [0, 31].
+def _i32_binop(name):
+    @intrinsic
+    def op(typingctx, a, b):
+        def codegen(context, builder, signature, args):
+            return getattr(builder, name)(args[0], args[1])
+        return types.int32(types.int32, types.int32), codegen
+    return op
 
-    * normal (FP8): every |x| of the block lands in the target's normal range (checked in the
-      same loop; otherwise the block is redone by the general path), so
-      rounding is the classic increment on the fp32 bits, ``(a + inc) >> (23 - m)``, and the
-      code is that minus the rebiased exponent (the carry into the exponent is the carry);
+
+shl32 = _i32_binop("shl")
+shr32 = _i32_binop("ashr")           # arithmetic; callers shift non-negative values only
+add32 = _i32_binop("add")
+sub32 = _i32_binop("sub")
+and32 = _i32_binop("and_")
+or32 = _i32_binop("or_")
+
+
+@njit(inline="always", **_JIT)
+def encode_block_fast(x, out, o, cnt, s, amn, mids, ge, m, emin, bias, maxcode, ovf_code,
+                      signbit, is_int, mode):
+    """Element codes of the block x[o:o+cnt] (one block, shared exponent ``s`` unbiased, smallest
+    magnitude ``amn`` as fp32 bits) into out[o:o+cnt]: RNE / ties_away / ties_zero, signed zeros
+    preserved, no flush, finite elements, s >= -126 - emin. Picks the cheapest of three exact,
+    vectorizable paths:
+
+    * normal (FP8, FP6 E3M2): every |x| of the block lands in the target's normal range
+      (``amn`` at or above the scaled smallest normal), so rounding is the classic increment
+      on the fp32 bits, ``(a + inc) >> (23 - m)``, and the code is that minus the rebiased
+      exponent (the carry into the exponent is the carry);
     * thresholds (FP4, seven midpoints): the code is the number of
       midpoints below |x|, comparing fp32 bit patterns (monotonic in magnitude) with the
       midpoints scaled by 2^s; a tie is ``>=`` where the upper code wins the tie;
     * general: the round_magnitude arithmetic written branch-free.
-    All arithmetic is int32 (sig < 2^24, shifts <= 25): twice the SIMD width of int64.
+
     A path is used only where it is exact: s >= -126 - emin (fp32 subnormal inputs then land
-    on the target's subnormal grid) and scaled midpoints that are normal fp32 numbers."""
+    on the target's subnormal grid) and scaled midpoints that are normal fp32 numbers.
+    Vectorization: lane arithmetic is int32 (sig < 2^24, shifts <= 25; see shl32), 8 lanes per
+    AVX2 vector; indices are uint64 (``o`` unsigned), so no negative-index wraparound turns
+    the loads into gathers; inlined, so no per-block call and no array view (refcount) is
+    made per block."""
     i32 = np.int32
+    u64 = np.uint64
     rne = i32(1) if mode == RNE else i32(0)
     away = i32(1) if mode == TIES_AWAY else i32(0)
     fl = i32(0) if is_int else i32(1)
     base = i32(23 - m)
     m32, emin32, bias1 = i32(m), i32(emin), i32(bias - 1)
     maxc, ovfc, sbit = i32(maxcode), i32(ovf_code), i32(signbit)
-    zero, one, c25 = i32(0), i32(1), i32(25)
+    zero, one, c23, c25 = i32(0), i32(1), i32(23), i32(25)
+    low23, mask = i32(0x7FFFFF), i32(0x7FFFFFFF)
+    s = i32(s + 127)                      # biased, as the fp32 exponent field
     nthr = mids.size
-    # the optimistic normal path pays off when the normal range is wide (FP8): in FP6 blocks
-    # too many elements underflow it and the redo costs more than it saves
-    wide = (not is_int) and nthr != 7 and maxcode >> m >= 8
-    block = np.int64(1) << log2_block
-    # normal path constants
-    nhalf = i32(1) << (base - one)
-    ninc = nhalf - one + away
-    mask = i32(0x7FFFFFFF)
+    if (not is_int) and nthr != 7 and emin32 + s >= one and amn >= (emin32 + s) << c23:
+        # round half up is a + (half - 1) + 1; RNE adds the kept lsb; ties_zero adds nothing
+        ninc = i32((1 << (22 - m)) - 1) + away
+        rebias = i32((s - i32(bias)) << m32)
+        for i in range(cnt):
+            b = x[o + u64(i)]
+            a = and32(i32(b), mask)
+            code = sub32(shr32(add32(add32(a, ninc), and32(rne, shr32(a, base))), base), rebias)
+            code = ovfc if code > maxc else code
+            out[o + u64(i)] = or32(code, shl32(i32(b >> np.uint32(31)), sbit))
+    elif nthr == 7 and (mids[0] >> 23) + s - 127 >= 1 and (mids[6] >> 23) + s - 127 <= 254:
+        # FP4: seven midpoints, unrolled so the element loop stays innermost (vectorized)
+        shift = (s - i32(127)) << c23
+        t0 = i32(mids[0] + shift - ge[0])
+        t1 = i32(mids[1] + shift - ge[1])
+        t2 = i32(mids[2] + shift - ge[2])
+        t3 = i32(mids[3] + shift - ge[3])
+        t4 = i32(mids[4] + shift - ge[4])
+        t5 = i32(mids[5] + shift - ge[5])
+        t6 = i32(mids[6] + shift - ge[6])
+        for i in range(cnt):
+            b = x[o + u64(i)]
+            a = and32(i32(b), mask)
+            code = add32(add32(add32(i32(a > t0), i32(a > t1)), add32(i32(a > t2), i32(a > t3))),
+                         add32(add32(i32(a > t4), i32(a > t5)), i32(a > t6)))
+            out[o + u64(i)] = or32(code, shl32(i32(b >> np.uint32(31)), sbit))
+    else:
+        for i in range(cnt):
+            b = x[o + u64(i)]
+            a = and32(i32(b), mask)
+            neg = i32(b >> np.uint32(31))
+            ea = shr32(a, c23)
+            sig = or32(and32(a, low23), shl32(min(ea, one), c23))
+            ep = sub32(max(ea, one), s)
+            # float: base + max(0, emin - ep); int: base - ep
+            rr = add32(sub32(base, ep), fl * add32(ep, max(zero, sub32(emin32, ep))))
+            rr = min(max(rr, one), c25)
+            add = add32(add32(shl32(one, sub32(rr, one)), away - one),
+                        rne * and32(shr32(sig, rr), one))
+            n = shr32(add32(sig, add), rr)
+            code = add32(n, fl * shl32(add32(max(ep, emin32), bias1), m32))
+            code = ovfc if code > maxc else code
+            fcode = or32(code, shl32(neg, sbit))
+            icode = and32(add32(code ^ -neg, neg), i32(0xFF))
+            out[o + u64(i)] = icode if is_int else fcode
+
+
+@njit(**_JIT)
+def encode_span_fast(row, out, lo, hi, sh, amn, mids, ge, block, m, emin, bias,
+                     maxcode, ovf_code, signbit, is_int, mode):
+    """encode_block_fast over row[lo:hi], block j at exponent ``sh[j]``, smallest magnitude
+    ``amn[j]``."""
     for j in range(sh.size):
-        s = i32(sh[j] + 127)
         jlo = lo + j * block
         jhi = min(jlo + block, hi)
-        if wide and emin32 + s >= one:
-            # optimistic: if any |x| falls below the normal range, redo the block below
-            rebias = (s - i32(bias)) << m32
-            thr = (emin32 + s) << i32(23)
-            under = zero
-            for i in range(jlo, jhi):
-                b = row[i]
-                a = i32(b & np.uint32(0x7FFFFFFF))
-                under |= i32(a < thr)
-                code = ((a + ninc + rne * ((a >> base) & one)) >> base) - rebias
-                code = ovfc if code > maxc else code
-                out[i] = code | (i32(b >> np.uint32(31)) << sbit)
-            if under == zero:
-                continue
-        if nthr == 7 and (mids[0] >> 23) + s - 127 >= 1 and (mids[6] >> 23) + s - 127 <= 254:
-            # FP4: seven midpoints, unrolled so the element loop stays innermost (vectorized)
-            shift = (s - i32(127)) << i32(23)
-            t0, t1, t2 = mids[0] + shift - ge[0], mids[1] + shift - ge[1], mids[2] + shift - ge[2]
-            t3, t4, t5 = mids[3] + shift - ge[3], mids[4] + shift - ge[4], mids[5] + shift - ge[5]
-            t6 = mids[6] + shift - ge[6]
-            for i in range(jlo, jhi):
-                b = row[i]
-                a = i32(b & np.uint32(0x7FFFFFFF))
-                code = (i32(a > t0) + i32(a > t1) + i32(a > t2) + i32(a > t3) + i32(a > t4)
-                        + i32(a > t5) + i32(a > t6))
-                out[i] = code | (i32(b >> np.uint32(31)) << sbit)
-            continue
-        for i in range(jlo, jhi):
-            b = row[i]
-            a = i32(b & mask)
-            neg = i32(b >> np.uint32(31))
-            ea = a >> i32(23)
-            sig = (a & i32(0x7FFFFF)) | (min(ea, one) << i32(23))
-            ep = max(ea, one) - s
-            rr = base - ep + fl * (ep + max(zero, emin32 - ep))   # float: base + max(0, emin-ep)
-            rr = min(max(rr, one), c25)
-            half = one << (rr - one)
-            add = half - one + away + rne * ((sig >> rr) & one)
-            n = (sig + add) >> rr
-            code = n + fl * ((max(ep, emin32) + bias1) << m32)
-            code = ovfc if code > maxc else code
-            fcode = code | (neg << sbit)
-            icode = ((code ^ -neg) + neg) & i32(0xFF)
-            out[i] = icode if is_int else fcode
+        encode_block_fast(row, out, np.uint64(jlo), jhi - jlo, sh[j], amn[j], mids, ge, m,
+                          emin, bias, maxcode, ovf_code, signbit, is_int, mode)
+
+
+@njit(inline="always", **_JIT)
+def block_amax_amin(x, o, cnt):
+    """(max, min) of |x[o:o+cnt]| as fp32 magnitude bits (int32), one vectorized pass."""
+    mm = np.uint32(0)
+    mn = np.uint32(0xFFFFFFFF)
+    for i in range(cnt):
+        a = np.uint32(x[o + np.uint64(i)] & np.uint32(0x7FFFFFFF))
+        mm = max(mm, a)
+        mn = min(mn, a)
+    return np.int32(mm), np.int32(mn)
+
+
+@njit(inline="always", **_JIT)
+def block_amax_only(x, o, cnt):
+    """max of |x[o:o+cnt]| as fp32 magnitude bits (int32)."""
+    mm = np.uint32(0)
+    for i in range(cnt):
+        mm = max(mm, np.uint32(x[o + np.uint64(i)] & np.uint32(0x7FFFFFFF)))
+    return np.int32(mm)
 
 
 @njit(parallel=True, **_JIT)
@@ -376,7 +431,6 @@ def quantize_mx(bits, block, fp, pp, rbits, mids, ge, codes, scales):
     """MX block quantization of a (rows, n) fp32-bits array along axis 1."""
     rows, n = bits.shape
     nblk = (n + block - 1) // block
-    log2_block = bit_length(block) - 1
     flush = pp[K_FLUSH] != 0
     poison_nan = pp[K_NAN] == POISON
     poison_inf = pp[K_INF] == POISON
@@ -425,12 +479,12 @@ def quantize_mx(bits, block, fp, pp, rbits, mids, ge, codes, scales):
         nbk = b1 - b0
         sh = np.empty(nbk, dtype=np.int64)
         amx = np.empty(nbk, dtype=np.int32)
-        for k in range(nbk):                 # block amax: an integer max, vectorized
+        amn = np.empty(nbk, dtype=np.int32)
+        for k in range(nbk):                 # block amax (and amin): integer max, vectorized
             lo = (b0 + k) * block
-            mm = np.uint32(0)
-            for i in range(lo, min(lo + block, n)):
-                mm = max(mm, row[i] & np.uint32(0x7FFFFFFF))
-            amx[k] = np.int32(mm)
+            mm, mn = block_amax_amin(row, np.uint64(lo), min(block, n - lo))
+            amx[k] = mm
+            amn[k] = mn
         srow = scales[r]
         exc = i32(0) if vec_rule else i32(1)
         if vec_rule:                         # shared exponents of normal amax, branch-free
@@ -471,8 +525,8 @@ def quantize_mx(bits, block, fp, pp, rbits, mids, ge, codes, scales):
                 if sv == NAN_SCALE or sv < fast_min_s:
                     all_fast = False
         if all_fast:
-            encode_span_fast(row, out, b0 * block, min(b1 * block, n), sh, mids, ge,
-                             log2_block, m, emin, bias, maxcode, ovf_code, signbit, is_int, mode)
+            encode_span_fast(row, out, b0 * block, min(b1 * block, n), sh, amn, mids, ge,
+                             block, m, emin, bias, maxcode, ovf_code, signbit, is_int, mode)
             continue
         for blk in range(b0, b1):
             lo = blk * block
@@ -485,6 +539,95 @@ def quantize_mx(bits, block, fp, pp, rbits, mids, ge, codes, scales):
                 for i in range(lo, hi):
                     rb = np.int64(rbits[r, i]) if use_rbits else np.int64(0)
                     out[i] = encode_f32(np.int64(row[i]), s, fp, pp, rb)
+
+
+def flat_ok(pp) -> bool:
+    """Whether quantize_mx_flat serves profile vector ``pp``: the scale is two significand
+    thresholds on a normal amax (see quantize_mx's vec_rule) and the elements take the fast
+    encoders (no stochastic rounding, no flush, signed zeros preserved)."""
+    return (pp[K_FLUSH] == 0 and pp[K_ROUNDING] != STOCHASTIC and pp[K_SZERO] == SZ_PRESERVE
+            and pp[K_RCEIL_SUB] == 0 and pp[K_SCALE_OVF] == 0 and pp[K_RCEIL_LOG2] == 0)
+
+
+@njit(parallel=True, **_JIT)
+def quantize_mx_flat(bits, block, fp, pp, mids, ge, codes, scales):
+    """quantize_mx for whole blocks laid end to end: ``bits`` is 1-D (rows x n flattened with
+    n a multiple of ``block``), block k is bits[k*block:(k+1)*block], ``scales`` 1-D with one
+    byte per block; only for profiles with ``flat_ok(pp)``.
+
+    One pass per block while it sits in L1: amax and amin, the shared exponent, the element
+    codes. Blocks the fast encoders cannot take (NaN/Inf or subnormal amax, an exponent below
+    -126 - emin, an all-zero block) take the scalar path of quantize_mx (block_amax,
+    shared_exponent, encode_f32)."""
+    i32 = np.int32
+    nblk = scales.size
+    m = fp[P_MBITS]
+    emin = fp[P_EMIN]
+    bias = fp[P_BIAS]
+    maxcode = fp[P_MAXCODE]
+    signbit = fp[P_SIGNBIT]
+    is_int = fp[P_KIND] == 1
+    mode = pp[K_ROUNDING]
+    poison_nan = pp[K_NAN] == POISON
+    poison_inf = pp[K_INF] == POISON
+    if pp[K_OVERFLOW] == SATURATE:
+        ovf_code = maxcode
+    elif fp[P_INF] >= 0:
+        ovf_code = fp[P_INF]
+    else:
+        ovf_code = fp[P_NAN]
+    fmin = i32(max(-126 - emin if not is_int else -1000, -128))
+    fill = nan_element_code(fp)
+    rule = pp[K_SCALE_RULE]
+    up = 1 << 24
+    if rule == RCEIL:
+        up = fp[P_MAXSIG]
+    elif rule == CEIL:
+        up = 1 << 23
+    elif rule == EVEN:
+        up = fp[P_EVENTHR] - 1
+    up_thr = i32(up)
+    down_thr = i32(fp[P_MAXSIG] if rule == ROUND_DOWN else 0)
+    e_off = i32(127 + fp[P_EMAX])
+    zexp = pp[K_ZEXP]
+    need_min = (not is_int) and mids.size != 7          # the normal-range encoder's test
+    bits2 = bits.reshape((nblk, block))
+    ntask = (nblk + CHUNK_BLOCKS - 1) // CHUNK_BLOCKS
+    for task in nb.prange(ntask):
+        for k in range(task * CHUNK_BLOCKS, min(task * CHUNK_BLOCKS + CHUNK_BLOCKS, nblk)):
+            o = np.uint64(k) * np.uint64(block)
+            if need_min:
+                a, amn = block_amax_amin(bits, o, block)
+            else:
+                a, amn = block_amax_only(bits, o, block), i32(0)
+            sg = (a & i32(0x7FFFFF)) | i32(0x800000)
+            e = (a >> i32(23)) - e_off + i32(sg > up_thr) - i32(sg < down_thr)
+            e = max(min(e, i32(127)), i32(-127))
+            e = i32(-127) if a == i32(0) else e
+            e_el = i32(zexp) if e == i32(-127) else e        # exponent the elements see
+            if a >= i32(F32_INF) or (a < i32(0x800000) and a != i32(0)) or e_el < fmin:
+                # rare: as quantize_mx's scalar path
+                amax, has_nan, has_inf = block_amax(bits2, k, 0, block, False)
+                if (has_nan and poison_nan) or (has_inf and poison_inf):
+                    sv = NAN_SCALE
+                elif has_inf and pp[K_INF] == SCALE_MAX:
+                    sv = 127                 # TE: Inf amax -> satfinite 0xFE (B6)
+                elif has_inf:
+                    sv = shared_exponent(F32_INF, fp, pp)   # Inf read as 2^128
+                else:
+                    sv = shared_exponent(amax, fp, pp)
+                scales[k] = 0xFF if sv == NAN_SCALE else sv + 127
+                if sv == NAN_SCALE:
+                    for i in range(block):
+                        codes[o + np.uint64(i)] = fill
+                else:
+                    sv = zexp if sv == -127 else sv
+                    for i in range(block):
+                        codes[o + np.uint64(i)] = encode_f32(np.int64(bits2[k, i]), sv, fp, pp, 0)
+                continue
+            scales[k] = np.uint8(e + i32(127))
+            encode_block_fast(bits, codes, o, block, e_el, amn, mids, ge, m, emin, bias, maxcode,
+                              ovf_code, signbit, is_int, mode)
 
 
 @njit(**_JIT)

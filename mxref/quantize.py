@@ -177,7 +177,12 @@ def quantize(x, fmt, profile="ocp", axis: int | None = None, *, block_size: int 
         else:
             el = fmt.element
             mids, ge = el.midpoint_bits, el.tie_goes_up(prof.rounding)
-            K.quantize_mx(bits2, bs, fp, pp, rb2, mids, ge, codes2, scales2)
+            if n % bs == 0 and K.flat_ok(pp):
+                # whole blocks end to end: one flat pass (views, no copies)
+                K.quantize_mx_flat(bits2.reshape(-1), bs, fp, pp, mids, ge, codes2.reshape(-1),
+                                   scales2.reshape(-1))
+            else:
+                K.quantize_mx(bits2, bs, fp, pp, rb2, mids, ge, codes2, scales2)
     elif fmt.is_nvfp4:
         tensor_scale = np.float32(1.0)
     scale_shape = moved_shape[:-1] + (nblk,)
