@@ -3,6 +3,8 @@
 Run with ``bash bench/run_cpu.sh`` (pytest-benchmark; writes bench/results/). Not part of the
 test suite: a benchmark is measured, never asserted.
 """
+import os
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -39,7 +41,8 @@ def torch_eager(x, fmt):
 @pytest.mark.parametrize("fmt", list(FMTS))
 def test_mxref(benchmark, x32, fmt):
     mxref.quantize(x32[:64], fmt)  # compile outside the timed region
-    benchmark.extra_info.update(fmt=fmt, impl="mxref", elements=x32.size)
+    benchmark.extra_info.update(fmt=fmt, impl="mxref", elements=x32.size,
+                                loadavg_before=os.getloadavg())
     benchmark.pedantic(mxref.quantize, args=(x32, fmt), rounds=10, warmup_rounds=2)
 
 
@@ -86,5 +89,21 @@ def test_roofline_copy(benchmark, x32):
     out = np.empty(bits.shape, np.uint8)
     narrow(bits[:2], out[:2])
     benchmark.extra_info.update(fmt="roofline", impl="read fp32 + write u8 (numba)",
-                                elements=x32.size)
+                                elements=x32.size, loadavg_before=os.getloadavg())
     benchmark.pedantic(narrow, args=(bits, out), rounds=5, warmup_rounds=1)
+
+
+def test_roofline_copy_fresh_output(benchmark, x32):
+    """The same copy into a new array per call, as a quantizer returning fresh codes pays
+    (page faults and zeroing of 64 MiB); not the reference the table divides by."""
+    narrow = _copy_roofline()
+    bits = x32.view(np.uint32)
+    narrow(bits[:2], np.empty((2, bits.shape[1]), np.uint8))
+
+    def fresh():
+        out = np.empty(bits.shape, np.uint8)
+        narrow(bits, out)
+        return out
+    benchmark.extra_info.update(fmt="roofline", impl="read fp32 + write u8, fresh output (numba)",
+                                elements=x32.size, loadavg_before=os.getloadavg())
+    benchmark.pedantic(fresh, rounds=5, warmup_rounds=1)
