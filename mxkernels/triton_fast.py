@@ -59,10 +59,7 @@ the same value), code 2 (shift-subtract LEA, 3-input add), saturate 1, sign 2, p
 0.5: 22.9 SASS thread-instructions per element in all (28.5 with the earlier exponent-field
 scaling and its 5-op branchless subnormal fix), of which 16.5 on the ALU pipe, which is what
 binds on Hopper (an ALU warp-instruction takes 2 issue cycles; see docs/kernels.md "What limits
-each kernel"). With rceil / ceil the saturate is dropped. FP8: no packing. Since then the
-packed row stores are vectorized (the launcher passes the packed row stride ``n_pc``) and a
-bf16 source is read as int32 pairs (``SRC = 3``, one widening op per element; see
-``fast_constexprs(pairs=...)``): 17.0 per element (12.7 on the ALU) for MXFP4 rows.
+each kernel"). With rceil / ceil the saturate is dropped. FP8: no packing.
 ``tiny_branch=True`` keeps the older exponent-field scaling with a per-tile test and a branch
 taken only by tiles holding a nonzero block of amax < ~2^-105 (P6); it is slower and kept only
 as a cross-check.
@@ -272,18 +269,8 @@ def _load_tile(x_ptr, r0, c0, n_rows, n_cols, BR: tl.constexpr, BC: tl.constexpr
                SRC: tl.constexpr):
     """fp32 bits (int32) and magnitudes of the [BR, BC] tile at (r0, c0); masked lanes +0.
     The tile origin is int64; offsets inside the tile are int32 (the launcher keeps
-    BR * n_cols < 2^31). SRC == 3: bfloat16 read as int32 words of two elements (x_ptr is
-    the int32 view; n_cols even, c0 even), element 2i in the low half: widening is one op per
-    element (shift for the low, and-mask for the high element) instead of two."""
+    BR * n_cols < 2^31)."""
     lr = tl.arange(0, BR)
-    if SRC == 3:
-        lc2 = tl.arange(0, BC // 2)
-        n_w = n_cols // 2
-        m2 = ((r0 + lr) < n_rows)[:, None] & ((c0 // 2 + lc2) < n_w)[None, :]
-        base = x_ptr + (r0.to(tl.int64) * n_w + c0 // 2)
-        w = tl.load(base + (lr[:, None] * n_w + lc2[None, :]), mask=m2, other=0)
-        b = tl.reshape(tl.join(w << 16, w & -65536), (BR, BC))
-        return b, b & 0x7FFFFFFF
     lc = tl.arange(0, BC)
     m = ((r0 + lr) < n_rows)[:, None] & ((c0 + lc) < n_cols)[None, :]
     base = x_ptr + (r0.to(tl.int64) * n_cols + c0)
@@ -298,16 +285,14 @@ def _load_tile(x_ptr, r0, c0, n_rows, n_cols, BR: tl.constexpr, BC: tl.constexpr
 
 
 @triton.jit
-def _store_codes(code_ptr, code, rows, cols, n_rows, n_cols, n_pc, AXIS: tl.constexpr,
+def _store_codes(code_ptr, code, rows, cols, n_rows, n_cols, AXIS: tl.constexpr,
                  BR: tl.constexpr, BC: tl.constexpr, PACKED: tl.constexpr, r0, c0):
-    """Codes [BR, BC] at (rows, cols) of [n_rows, n_cols] uint8, or FP4 packed along AXIS.
-    n_pc: bytes per row of the packed row codes, ceil(n_cols / 2), passed by the launcher as
-    its own argument (computed in the kernel it loses the divisibility-by-16 specialization,
-    and the packed row stores are then one byte per instruction)."""
+    """Codes [BR, BC] at (rows, cols) of [n_rows, n_cols] uint8, or FP4 packed along AXIS."""
     if PACKED:
         if AXIS == 1:
             lo, hi = tl.split(tl.reshape(code, (BR, BC // 2, 2)))
             pc = c0 // 2 + tl.arange(0, BC // 2)
+            n_pc = (n_cols + 1) // 2
             m = (rows < n_rows)[:, None] & (pc < n_pc)[None, :]
             offs = rows.to(tl.int64)[:, None] * n_pc + pc[None, :]
         else:
@@ -356,7 +341,7 @@ def _tile_ids(n_rows, n_cols, BR: tl.constexpr, BC: tl.constexpr):
 
 @triton.jit
 def mx_fast_kernel(
-        x_ptr, scale_ptr, code_ptr, n_rows, n_cols, n_pad_blk, n_pc,
+        x_ptr, scale_ptr, code_ptr, n_rows, n_cols, n_pad_blk,
         SRC: tl.constexpr, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
         PACKED: tl.constexpr, LAYOUT: tl.constexpr,
         EL_MBITS: tl.constexpr, EL_EMIN: tl.constexpr, EL_EMAX: tl.constexpr,
@@ -364,7 +349,7 @@ def mx_fast_kernel(
         EL_MAXSIG: tl.constexpr, EL_EVENTHR: tl.constexpr, SCALE_RULE: tl.constexpr,
         SATURATE: tl.constexpr, TINY_BRANCH: tl.constexpr):
     """One orientation of a contiguous [n_rows, n_cols] tensor; program = one [BR, BC] tile
-    (1-D grid, column tiles fastest). n_pc = ceil(n_cols / 2) (packed row codes)."""
+    (1-D grid, column tiles fastest)."""
     r0, c0 = _tile_ids(n_rows, n_cols, BR, BC)
     rows = r0 + tl.arange(0, BR)
     cols = c0 + tl.arange(0, BC)
@@ -377,14 +362,13 @@ def mx_fast_kernel(
                          EL_SIGNBIT, FILL, EL_MAXSIG, EL_EVENTHR, SCALE_RULE, SATURATE,
                          TINY_BRANCH)
     _store_scales(scale_ptr, byte, r0, c0, n_rows, n_cols, n_pad_blk, AXIS, BR, BC, LAYOUT)
-    _store_codes(code_ptr, code, rows, cols, n_rows, n_cols, n_pc, AXIS, BR, BC, PACKED, r0,
-                 c0)
+    _store_codes(code_ptr, code, rows, cols, n_rows, n_cols, AXIS, BR, BC, PACKED, r0, c0)
 
 
 @triton.jit
 def mx_dual_kernel(
         x_ptr, row_scale_ptr, row_code_ptr, col_scale_ptr, col_code_ptr, n_rows, n_cols,
-        row_pad_blk, col_pad_blk, n_pc,
+        row_pad_blk, col_pad_blk,
         SRC: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
         PACKED: tl.constexpr, LAYOUT: tl.constexpr,
         EL_MBITS: tl.constexpr, EL_EMIN: tl.constexpr, EL_EMAX: tl.constexpr,
@@ -401,15 +385,13 @@ def mx_dual_kernel(
                          EL_SIGNBIT, FILL, EL_MAXSIG, EL_EVENTHR, SCALE_RULE, SATURATE,
                          TINY_BRANCH)
     _store_scales(row_scale_ptr, byte, r0, c0, n_rows, n_cols, row_pad_blk, 1, BR, BC, LAYOUT)
-    _store_codes(row_code_ptr, code, rows, cols, n_rows, n_cols, n_pc, 1, BR, BC, PACKED, r0,
-                 c0)
+    _store_codes(row_code_ptr, code, rows, cols, n_rows, n_cols, 1, BR, BC, PACKED, r0, c0)
     ok_c = ((r0 + 32 * tl.arange(0, BR // 32)) < n_rows)[:, None] & (cols < n_cols)[None, :]
     byte, code = _orient(a, b, ok_c, 0, BR, BC, EL_MBITS, EL_EMIN, EL_EMAX, EL_MAXCODE,
                          EL_SIGNBIT, FILL, EL_MAXSIG, EL_EVENTHR, SCALE_RULE, SATURATE,
                          TINY_BRANCH)
     _store_scales(col_scale_ptr, byte, r0, c0, n_rows, n_cols, col_pad_blk, 0, BR, BC, LAYOUT)
-    _store_codes(col_code_ptr, code, rows, cols, n_rows, n_cols, n_pc, 0, BR, BC, PACKED, r0,
-                 c0)
+    _store_codes(col_code_ptr, code, rows, cols, n_rows, n_cols, 0, BR, BC, PACKED, r0, c0)
 
 
 KERNELS = {"mx_fast": mx_fast_kernel, "mx_dual": mx_dual_kernel}
@@ -417,10 +399,10 @@ KERNELS = {"mx_fast": mx_fast_kernel, "mx_dual": mx_dual_kernel}
 # runtime arguments as Triton signature types ("SRC": *i32 for float32, *i16 for bf16/fp16)
 ARG_TYPES = {
     "mx_fast": {"x_ptr": "SRC", "scale_ptr": "*u8", "code_ptr": "*u8", "n_rows": "i32",
-                "n_cols": "i32", "n_pad_blk": "i32", "n_pc": "i32"},
+                "n_cols": "i32", "n_pad_blk": "i32"},
     "mx_dual": {"x_ptr": "SRC", "row_scale_ptr": "*u8", "row_code_ptr": "*u8",
                 "col_scale_ptr": "*u8", "col_code_ptr": "*u8", "n_rows": "i32",
-                "n_cols": "i32", "row_pad_blk": "i32", "col_pad_blk": "i32", "n_pc": "i32"},
+                "n_cols": "i32", "row_pad_blk": "i32", "col_pad_blk": "i32"},
 }
 
 
@@ -480,15 +462,8 @@ FAST_COMBOS = tuple((f, p) for p in PROFILES for f in FAST_FORMATS if supports(f
 
 
 def fast_constexprs(fmt, profile="ocp", src_dtype="bfloat16", axis=-1, *, packed=False,
-                    scale_layout="row_major", block_rows=32, block_cols=128, dual=False, tiny_branch=False,
-                    pairs=None) -> dict:
-    """Every constexpr of ``mx_fast_kernel`` (or ``mx_dual_kernel`` with dual=True).
-
-    pairs: read a bfloat16 source as int32 words of two elements (SRC = 3; x_ptr is then the
-    int32 view, which needs an even column count: the launcher passes pairs=False otherwise).
-    None picks by the sm_90 SASS counts (bench/results/sass_sm90.md): on for ``mx_fast``
-    along columns and for packed FP4 along rows; off for unpacked rows (the join of the two
-    halves costs a layout conversion there) and for ``mx_dual``."""
+                    scale_layout="row_major", block_rows=32, block_cols=128, dual=False, tiny_branch=False) -> dict:
+    """Every constexpr of ``mx_fast_kernel`` (or ``mx_dual_kernel`` with dual=True)."""
     check_supported(fmt, profile, src_dtype, axis)
     f = get_format(fmt)
     pr = get_profile(profile)
@@ -514,10 +489,6 @@ def fast_constexprs(fmt, profile="ocp", src_dtype="bfloat16", axis=-1, *, packed
     ce = {"SRC": _SRC_NAMES[src_dtype if isinstance(src_dtype, str) else
                             {torch.float32: "float32", torch.bfloat16: "bfloat16",
                              torch.float16: "float16"}[src_dtype]]}
-    if pairs is None:
-        pairs = not dual and (ax == 0 or (bool(packed) and el.bits == 4))
-    if pairs and ce["SRC"] == _SRC_NAMES["bfloat16"]:
-        ce["SRC"] = 3
     if not dual:
         ce["AXIS"] = ax
     ce.update({
@@ -617,11 +588,7 @@ def quantize_fast(x: torch.Tensor, fmt: str, profile="ocp", axis: int = -1, *,
     br, bc = _tiles(R, C, ax, block_rows, block_cols, False)
     ce = fast_constexprs(fmt, profile, {0: "float32", 1: "bfloat16", 2: "float16"}[_SRC[x.dtype]],
                          axis, packed=packed, scale_layout=scale_layout, block_rows=br,
-                         block_cols=bc, tiny_branch=tiny_branch,
-                         pairs=None if (R and C and C % 2 == 0 and x.stride(0) % 2 == 0
-                                        and x.storage_offset() % 2 == 0) else False)
-    if ce["SRC"] == 3:                 # bf16 pairs as int32 words (C even, 4-byte aligned)
-        bits = x.view(torch.int32)
+                         block_cols=bc, tiny_branch=tiny_branch)
     _check_local_offsets(br, C)
     dev = x.device
     if ax == 1:
@@ -646,7 +613,7 @@ def quantize_fast(x: torch.Tensor, fmt: str, profile="ocp", axis: int = -1, *,
             kw["num_warps"] = 4
         if num_stages is not None:
             kw["num_stages"] = num_stages
-        mx_fast_kernel[grid](bits, scales, codes, R, C, n_pad, (C + 1) // 2, **ce, **kw)
+        mx_fast_kernel[grid](bits, scales, codes, R, C, n_pad, **ce, **kw)
     return scales, codes
 
 
@@ -684,7 +651,7 @@ def quantize_dual(x: torch.Tensor, fmt: str, profile="ocp", *, packed: bool = Fa
             kw["num_warps"] = 4
         if num_stages is not None:
             kw["num_stages"] = num_stages
-        mx_dual_kernel[grid](bits, rs, rc, cs, cc, R, C, rpad, cpad, (C + 1) // 2, **ce, **kw)
+        mx_dual_kernel[grid](bits, rs, rc, cs, cc, R, C, rpad, cpad, **ce, **kw)
     return rs, rc, cs, cc
 
 
@@ -693,7 +660,7 @@ def quantize_dual(x: torch.Tensor, fmt: str, profile="ocp", *, packed: bool = Fa
 # =========================================================================================
 def kernel_signature(kernel: str, src_dtype: str, constexprs: dict) -> dict:
     """Every argument of KERNELS[kernel] in order: runtime ones typed, the rest constexpr."""
-    src = "*i32" if src_dtype == "float32" or constexprs.get("SRC") == 3 else "*i16"
+    src = "*i32" if src_dtype == "float32" else "*i16"
     types = {k: (src if v == "SRC" else v) for k, v in ARG_TYPES[kernel].items()}
     types.update({k: "constexpr" for k in constexprs})
     names = KERNELS[kernel].arg_names

@@ -410,9 +410,6 @@ PLANTED = {
     "scale_multiplier_off_by_one": ("inv = ((254 - byte) << 23)", "inv = ((253 - byte) << 23)"),
     "no_saturate": ("code = tl.minimum(code, EL_MAXCODE)", "code = code"),
     "cublas_swizzle": ("(r % 32) * 16 + ((r // 32) % 4) * 4", "(r % 32) * 4 + ((r // 32) % 4) * 16"),
-    # bf16 read in pairs (SRC 3): the two halves of each int32 word swapped
-    "bf16_pairs_swapped": ("b = tl.reshape(tl.join(w << 16, w & -65536), (BR, BC))",
-                           "b = tl.reshape(tl.join(w & -65536, w << 16), (BR, BC))"),
 }
 
 
