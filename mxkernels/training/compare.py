@@ -134,8 +134,10 @@ def compare_pair(run: dict, base: dict) -> dict:
     if rsum.get("median_step_time_s") and bsum.get("median_step_time_s"):
         row["step_time_ratio"] = rsum["median_step_time_s"] / bsum["median_step_time_s"]
         row["tokens_per_s"] = rsum.get("median_tokens_per_s")
+    # CPU ru_maxrss is a process-wide high-water mark (monotone over the arms of an in-process
+    # experiment): only CUDA peaks, reset at the start of every run, are compared
     if rsum.get("peak_mem_bytes") and bsum.get("peak_mem_bytes") and \
-            rsum.get("kind") == bsum.get("kind"):
+            rsum.get("kind") == bsum.get("kind") == "cuda_max_allocated":
         row["peak_mem_bytes"] = rsum["peak_mem_bytes"]
         row["peak_mem_ratio"] = rsum["peak_mem_bytes"] / bsum["peak_mem_bytes"]
     return row
