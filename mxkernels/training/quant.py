@@ -243,7 +243,12 @@ def _mx_block(t, spec, backend, sr_seed, fmt=None, prof=None):
             if r is not None:
                 return r[0], r[1], r[2], None
         s, c = te.quantize_mx(t, fmt=fmt, profile=prof, axis=-1, rand_bits=rb)
-    v = te.dequantize(s, c, fmt, axis=-1).view(torch.float32)
+    if backend == "triton":
+        # one Triton launch (the exact decode, as torch_emu's: every MX value x 2^(s-127) is an
+        # fp32 value); torch_emu's int64 decode is tens of launches per operand on a GPU
+        v = torch.ops.mxkernels.dequantize_mx(s, c, fmt, -1)
+    else:
+        v = te.dequantize(s, c, fmt, axis=-1).view(torch.float32)
     return s, c, v, None
 
 
