@@ -65,6 +65,11 @@ class MXLinear(torch.nn.Module):
             self.bias = torch.nn.Parameter(torch.empty(out_features, device=device, dtype=dtype))
         else:
             self.register_parameter("bias", None)
+        self._setup(recipe, backend)
+        self.reset_parameters()
+
+    def _setup(self, recipe, backend: str) -> None:
+        """Recipe, backend and per-step state (shared by __init__ and from_linear)."""
         self.recipe = get_recipe(recipe)
         if backend not in BACKENDS:
             raise RecipeError(f"backend={backend!r}; use one of {BACKENDS}")
@@ -73,7 +78,6 @@ class MXLinear(torch.nn.Module):
         self.layer_id = 0
         self.name = ""
         self._capture = None          # validate.capture_next arms it
-        self.reset_parameters()
 
     def reset_parameters(self) -> None:
         torch.nn.Linear.reset_parameters(self)   # same init as nn.Linear
@@ -90,11 +94,7 @@ class MXLinear(torch.nn.Module):
             m.bias = linear.bias
         else:
             m.register_parameter("bias", None)
-        m.recipe = get_recipe(recipe)
-        if backend not in BACKENDS:
-            raise RecipeError(f"backend={backend!r}; use one of {BACKENDS}")
-        m.backend = backend
-        m.step, m.layer_id, m.name, m._capture = 0, 0, "", None
+        m._setup(recipe, backend)
         return m
 
     def extra_repr(self) -> str:
