@@ -574,6 +574,8 @@ class _LazyCommand(click.Command):
 def _register_extensions():
     from .decompose_cli import decompose_cmd
     main.add_command(decompose_cmd)
+    from .leaderboard.cli import leaderboard_group
+    main.add_command(leaderboard_group)
     main.add_command(_LazyCommand(
         "train", "mxkernels.training.cli:train_group",
         "Train Llama/Qwen models with MX recipes; compare runs; experiment grids."))

@@ -9,6 +9,7 @@ selected. (2, usage, is the CLI's.)
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import platform
 import sys
@@ -45,7 +46,16 @@ def _env() -> dict:
         env["torch"] = sys.modules["torch"].__version__
     if "triton" in sys.modules:
         env["triton"] = getattr(sys.modules["triton"], "__version__", "?")
+    env.update(_git())
     return env
+
+
+@functools.lru_cache(maxsize=1)
+def _git() -> dict:
+    """The commit verified (the leaderboard binds a record to the verify run of its build)."""
+    from ..leaderboard.record import git_state
+    g = git_state()
+    return {"commit": g["commit"], "dirty": g["dirty"]}
 
 
 def _describe(backend) -> dict:

@@ -1,0 +1,209 @@
+"""`mxref leaderboard`: run suites, submit records under the verified-only rule, gate
+regressions, reproduce an entry, build the site.
+
+Exit codes: 0 ok; 1 a record rejected / a regression / not reproduced; 2 usage; 4 a suite could
+not run.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import MXRefError
+from .record import command_line
+
+DEFAULT_STORE = "bench/results/leaderboard"
+
+
+def _fail(msg, code=2):
+    click.echo(f"error: {msg}", err=True)
+    sys.exit(code)
+
+
+def _emit(doc, as_json, text):
+    if as_json:
+        click.echo(json.dumps(doc, indent=1, sort_keys=True))
+    else:
+        click.echo(text)
+
+
+@click.group("leaderboard", context_settings={"help_option_names": ["-h", "--help"]})
+def leaderboard_group():
+    """Verified-only benchmark leaderboard (docs/leaderboard.md)."""
+
+
+@leaderboard_group.group("run")
+def run_group():
+    """Run a suite: mxref verify, then the timing, in one job; writes records under --out."""
+
+
+def _ran(paths, as_json, out):
+    _emit({"records": [str(p) for p in paths], "out": str(out)}, as_json,
+          "\n".join(f"wrote {p}" for p in paths) +
+          f"\n{len(paths)} record(s); next: mxref leaderboard submit {out}")
+    if not paths:
+        sys.exit(4)
+
+
+@run_group.command("cpu")
+@click.option("--out", "-o", type=click.Path(file_okay=False), required=True)
+@click.option("--size", type=click.IntRange(64), default=4096, show_default=True,
+              help="Square fp32 input, SIZE x SIZE.")
+@click.option("--rounds", type=click.IntRange(3), default=15, show_default=True,
+              help="Timed calls per entry (their spread is recorded).")
+@click.option("--json", "as_json", is_flag=True)
+def run_cpu_cmd(out, size, rounds, as_json):
+    """The CPU emulator: verify (numba) + pytest-benchmark against torchao, torch, ml_dtypes."""
+    from .runners import run_cpu
+    try:
+        paths = run_cpu(Path(out), size=size, rounds=rounds, command=command_line())
+    except MXRefError as e:
+        _fail(str(e), 4)
+    _ran(paths, as_json, out)
+
+
+@run_group.command("gpu")
+@click.option("--out", "-o", type=click.Path(file_okay=False), required=True)
+@click.option("--size", type=click.IntRange(256), default=8192, show_default=True)
+@click.option("--repeats", type=click.IntRange(1), default=3, show_default=True,
+              help="Independent do_bench medians per kernel.")
+@click.option("--level", "levels", multiple=True, type=click.IntRange(0, 3), default=(0, 1),
+              show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def run_gpu_cmd(out, size, repeats, levels, as_json):
+    """Every Triton kernel: verify (triton backend) + bench/gpu_kernels.py, one job."""
+    from .runners import run_gpu
+    try:
+        paths = run_gpu(Path(out), size=size, repeats=repeats, levels=levels,
+                        command=command_line())
+    except MXRefError as e:
+        _fail(str(e), 4)
+    _ran(paths, as_json, out)
+
+
+@run_group.command("train")
+@click.option("--out", "-o", type=click.Path(file_okay=False), required=True)
+@click.option("--model", "-m", default="llama-tiny", show_default=True)
+@click.option("--recipes", default="mxfp4-fdw", show_default=True,
+              help="Comma-separated recipes (bf16 always runs as the baseline).")
+@click.option("--tokens", type=click.IntRange(1), default=65_536, show_default=True)
+@click.option("--seed", type=click.IntRange(0), default=0, show_default=True)
+@click.option("--device", default="auto", show_default=True)
+@click.option("--seq-len", type=click.IntRange(1), default=128, show_default=True)
+@click.option("--batch-size", type=click.IntRange(1), default=8, show_default=True)
+@click.option("--validate-every", type=click.IntRange(1), default=4, show_default=True)
+@click.option("--threads", type=click.IntRange(0), default=1, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def run_train_cmd(out, model, recipes, tokens, seed, device, seq_len, batch_size,
+                  validate_every, threads, as_json):
+    """Training recipes: bf16 and each recipe, same data order, in-run validation on."""
+    from .runners import run_train
+    try:
+        paths = run_train(Path(out), model=model,
+                          recipes=[r for r in recipes.split(",") if r], tokens=tokens,
+                          seed=seed, device=device, seq_len=seq_len, batch_size=batch_size,
+                          validate_every=validate_every, threads=threads,
+                          command=command_line())
+    except MXRefError as e:
+        _fail(str(e), 4)
+    _ran(paths, as_json, out)
+
+
+@leaderboard_group.command("submit")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--store", type=click.Path(file_okay=False), default=DEFAULT_STORE,
+              show_default=True)
+@click.option("--allow-dirty", is_flag=True, help="Accept records built from a dirty tree.")
+@click.option("--dry-run", is_flag=True, help="Check only; write nothing.")
+@click.option("--json", "as_json", is_flag=True)
+def submit_cmd(paths, store, allow_dirty, dry_run, as_json):
+    """Validate records (schema, hashes, verify status) and accept the good ones into STORE."""
+    from .submit import accept, check_record, record_files
+    files = record_files(paths)
+    if not files:
+        _fail("no record files under " + ", ".join(paths))
+    rows, lines = [], []
+    for p in files:
+        v = check_record(p, allow_dirty=allow_dirty)
+        row = {"path": str(p), "accepted": v.ok, "problems": v.problems}
+        if v.ok and not dry_run:
+            row["stored"] = str(accept(v, Path(store)))
+        rows.append(row)
+        lines.append(("ACCEPT " if v.ok else "REJECT ") + str(p) +
+                     "".join(f"\n    - {x}" for x in v.problems))
+    n_bad = sum(not r["accepted"] for r in rows)
+    _emit({"accepted": len(rows) - n_bad, "rejected": n_bad, "records": rows}, as_json,
+          "\n".join(lines) + f"\n{len(rows) - n_bad} accepted, {n_bad} rejected"
+          + (" (dry run)" if dry_run else ""))
+    sys.exit(1 if n_bad else 0)
+
+
+@leaderboard_group.command("build")
+@click.argument("store", type=click.Path(file_okay=False, exists=True), default=DEFAULT_STORE)
+@click.option("--out", "-o", type=click.Path(file_okay=False), default="site", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def build_cmd(store, out, as_json):
+    """LEADERBOARD.md, index.html (sortable tables, plots) and CSV from the stored records.
+    Every record is re-checked; records that fail are listed as rejected, not shown."""
+    from .build import build_site
+    from .submit import check_record, record_files
+    good, rejected = [], []
+    for p in record_files([store]):
+        v = check_record(p, current_golden=False, allow_dirty=True)
+        if v.ok:
+            good.append(v.record)
+        else:
+            rejected.append((str(p), "; ".join(v.problems)))
+    res = build_site(good, Path(out), rejected=rejected)
+    _emit({k: (str(v) if isinstance(v, Path) else [str(x) for x in v]
+               if isinstance(v, list) else v) for k, v in res.items()}, as_json,
+          f"{len(good)} records ({len(rejected)} rejected) -> {out}/")
+
+
+@leaderboard_group.command("gate")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--baseline", type=click.Path(file_okay=False, exists=True), default=DEFAULT_STORE,
+              show_default=True, help="The store holding the baseline records.")
+@click.option("--json", "as_json", is_flag=True)
+def gate_cmd(paths, baseline, as_json):
+    """Fail (exit 1) when a new record's median is worse than the stored baseline of the same
+    GPU model / machine and suite version by more than the measured spread."""
+    from .gate import gate
+    rows = gate(paths, baseline)
+    bad = [r for r in rows if r["status"] in ("regression", "error")]
+    lines = []
+    for r in rows:
+        if "change" in r:
+            lines.append(f"{r['status']:<11} {r['entry']} [{r['machine']}]: "
+                         f"{r['base_median']:.6g} -> {r['new_median']:.6g} {r['unit']} "
+                         f"({r['change']:+.1%} worse; tolerance {r['tolerance']:.1%})")
+        else:
+            lines.append(f"{r['status']:<11} {r['entry']}: {r.get('reason', '')}")
+    _emit({"rows": rows, "regressions": len(bad)}, as_json,
+          "\n".join(lines) + f"\n{len(bad)} regression(s) in {len(rows)} record(s)")
+    sys.exit(1 if bad else 0)
+
+
+@leaderboard_group.command("reproduce")
+@click.argument("record_path", type=click.Path(exists=True, dir_okay=False))
+@click.option("--slack", type=float, default=1.0, show_default=True,
+              help="Tolerance = recorded spread x SLACK.")
+@click.option("--json", "as_json", is_flag=True)
+def reproduce_cmd(record_path, slack, as_json):
+    """Re-run a record's command and check its median is within the recorded spread."""
+    from .reproduce import reproduce
+    try:
+        rec = json.loads(Path(record_path).read_text())
+        res = reproduce(rec, slack=slack)
+    except (ValueError, KeyError) as e:
+        _fail(f"{record_path} is not a leaderboard record: {e}")
+    except MXRefError as e:
+        _fail(str(e), 4)
+    _emit(res, as_json,
+          f"{res['status']}: {res['entry']} recorded {res['recorded_median']:.6g} "
+          f"{res['unit']}, now {res['new_median']:.6g} ({res['difference']:.1%} apart; "
+          f"recorded spread {res['tolerance']:.1%})")
+    sys.exit(0 if res["status"] == "reproduced" else 1)

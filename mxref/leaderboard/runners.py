@@ -1,0 +1,308 @@
+"""Suites that produce leaderboard records: each runs mxref verify and the timing in one job and
+writes ``OUT/records/<suite>/<machine>/<entry>.json`` plus ``OUT/verify/<sha256>.<ext>``.
+
+* ``cpu``   — the CPU emulator (numba backend): verify of quantize_mx, then pytest-benchmark of
+  ``bench/test_bench_quantize.py`` (mxref against torchao ``to_mx``, torch eager, ml_dtypes and
+  the numba copy roofline, same run).
+* ``gpu``   — every Triton kernel: ``mxref verify --backend triton`` of the ops timed, then
+  ``bench/gpu_kernels.py`` (do_bench medians, L2 flush, copy and cuBLAS BF16 rooflines, peers).
+* ``train`` — training recipes: ``mxref train`` of bf16 and each recipe on the same data order,
+  with in-run validation; the records carry step time, tokens/s, the ratio to bf16 and dL.
+
+The commands run from a repository checkout (bench/ is not installed with the package).
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+from ..errors import MXRefError
+from .record import REPO, file_sha256, make_record, run_env, seal, slug
+from .submit import store_path
+
+
+class RunnerError(MXRefError):
+    """A suite could not run (missing checkout, a failing step)."""
+
+
+def _store_evidence(out: Path, src: Path, ext: str) -> tuple[str, str]:
+    sha = file_sha256(src)
+    rel = f"verify/{sha}.{ext}"
+    dest = out / rel
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    if not dest.exists():
+        shutil.copyfile(src, dest)
+    return rel, sha
+
+
+def _write(out: Path, rec: dict) -> Path:
+    p = store_path(out, rec)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(rec, indent=1, sort_keys=True) + "\n")
+    return p
+
+
+def _run(cmd, log, env=None, timeout=None):
+    e = dict(os.environ, **(env or {}))
+    print("+ " + " ".join(map(str, cmd)), file=sys.stderr, flush=True)
+    with open(log, "a") as f:
+        proc = subprocess.run([str(c) for c in cmd], cwd=REPO, env=e, stdout=f,
+                              stderr=subprocess.STDOUT, timeout=timeout)
+    return proc.returncode
+
+
+def _need_checkout(*rel):
+    for r in rel:
+        if not (REPO / r).exists():
+            raise RunnerError(f"{REPO / r} is missing: run the leaderboard suites from a "
+                              "repository checkout (pip install -e .)")
+
+
+def _verify(out: Path, backend: str, ops, formats, profiles, levels, log, extra_env=None):
+    """Run mxref verify in a subprocess (it may need a GPU stack); returns (report, rel, sha)."""
+    raw = out / f"verify-{backend}.json"
+    cmd = [sys.executable, "-m", "mxref.cli", "verify", "-b", backend, "--no-progress",
+           "--ops", ",".join(ops), "-f", ",".join(formats), "-p", ",".join(profiles),
+           "--json-out", raw]
+    for lv in levels:
+        cmd += ["--level", str(lv)]
+    rc = _run(cmd, log, extra_env)
+    if not raw.is_file():
+        raise RunnerError(f"mxref verify -b {backend} wrote no report (exit {rc}); see {log}")
+    report = json.loads(raw.read_text())
+    rel, sha = _store_evidence(out, raw, "json")
+    raw.unlink()
+    return report, rel, sha
+
+
+def _verify_ref(report, rel, sha, backend):
+    return {"kind": "mxref-verify", "report": rel, "sha256": sha, "status": report["status"],
+            "backend": backend, "cases": int(report["summary"]["passed_cases"])}
+
+
+# ---------------------------------------------------------------------------------------------
+def run_cpu(out: Path, *, size: int, rounds: int, command: list[str]) -> list[Path]:
+    _need_checkout("bench/test_bench_quantize.py")
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "run.log"
+    fmts = ["mxfp4", "mxfp8_e4m3"]
+    report, rel, sha = _verify(out, "numba", ["quantize_mx"], fmts, ["ocp"], (0, 1), log)
+    bj = out / "cpu-bench.json"
+    rc = _run([sys.executable, "-m", "pytest", "bench/test_bench_quantize.py", "-q",
+               "-p", "no:cacheprovider", "-k", "not fresh_output", "--benchmark-save-data",
+               f"--benchmark-json={bj}"], log,
+              {"MXREF_BENCH_SIZE": str(size), "MXREF_BENCH_ROUNDS": str(rounds)})
+    if rc != 0 or not bj.is_file():
+        raise RunnerError(f"the CPU benchmark failed (exit {rc}); see {log}")
+    doc = json.loads(bj.read_text())
+    bj.unlink()
+    env = run_env()
+    by = {}
+    for b in doc["benchmarks"]:
+        by[(b["extra_info"].get("impl"), b["extra_info"].get("fmt"))] = b
+    roof = by.get(("read fp32 + write u8 (numba)", "roofline"))
+    if roof is None:
+        raise RunnerError("the CPU benchmark has no copy roofline row")
+    n_el = roof["extra_info"]["elements"]
+
+    def rate(t):                                        # M elements / s
+        return n_el / t / 1e6
+
+    roof_med = statistics.median(roof["stats"]["data"])
+    written = []
+    for fmt in fmts:
+        b = by.get(("mxref", fmt))
+        if b is None:
+            continue
+        data = b["stats"]["data"]
+        peers = []
+        for impl in ("torchao.to_mx", "torch-eager", "ml_dtypes.astype (elements only)"):
+            p = by.get((impl, fmt))
+            if p:
+                pm = p["stats"]["median"]
+                peers.append({"name": impl, "median": pm, "unit": "s", "rate": rate(pm),
+                              "rate_unit": "M elem/s", "ratio": rate(pm) / rate(roof_med),
+                              "ratio_label": "of copy"})
+        rec = make_record(
+            suite="cpu-emulator", entry=f"quantize fp32->{fmt} ocp rows (numba)",
+            group="quantize", impl="mxref numba", op="quantize_mx", fmt=fmt, profile="ocp",
+            params={"shape": [size, size], "src_dtype": "float32", "axis": -1,
+                    "threads": os.environ.get("NUMBA_NUM_THREADS")},
+            metric={"name": "time per call", "unit": "s", "lower_is_better": True,
+                    "repeats": data, "samples_per_repeat": 1},
+            roofline=None, peers=peers, command=command,
+            verify=_verify_ref(report, rel, sha, "numba"), env=env)
+        m = rec["metric"]
+        m["rate"], m["rate_unit"] = rate(m["median"]), "M elem/s"
+        rec["roofline"] = {"name": "numba copy: read fp32 + write u8", "median": roof_med,
+                           "unit": "s", "rate": rate(roof_med), "rate_unit": "M elem/s",
+                           "ratio": m["rate"] / rate(roof_med), "ratio_label": "of copy",
+                           "basis": "rate", "repeats": roof["stats"]["data"]}
+        written.append(_write(out, seal(rec)))
+    return written
+
+
+# ---------------------------------------------------------------------------------------------
+GPU_OPS = ["quantize_mx", "quantize_mx_sr", "quantize_rotated", "dequantize", "mxfp4_to_fp8",
+           "gemm"]
+
+
+def run_gpu(out: Path, *, size: int, repeats: int, levels, command: list[str]) -> list[Path]:
+    _need_checkout("bench/gpu_kernels.py")
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "run.log"
+    report, rel, sha = _verify(out, "triton", GPU_OPS, ["mxfp4", "mxfp8_e4m3", "mxfp4+mxfp4"],
+                               ["ocp", "rceil"], levels, log)
+    bj = out / "gpu-bench.json"
+    rc = _run([sys.executable, "bench/gpu_kernels.py", "--out", bj, "--size", str(size),
+               "--repeats", str(repeats)], log)
+    if rc != 0 or not bj.is_file():
+        raise RunnerError(f"bench/gpu_kernels.py failed (exit {rc}); see {log}")
+    doc = json.loads(bj.read_text())
+    for ext in (".json", ".md"):
+        bj.with_suffix(ext).unlink(missing_ok=True)
+    return ingest_gpu(out, doc, report, rel, sha, command)
+
+
+def ingest_gpu(out: Path, doc: dict, report: dict, rel: str, sha: str, command) -> list[Path]:
+    d = doc["device"]
+    acc = {"name": d["gpu"], "runtime": f"CUDA {d['cuda']}" if d.get("cuda") else
+           f"ROCm {d.get('hip', '?')}", "driver": d.get("driver"), "clocks": d.get("clocks"),
+           "sms": d.get("sms"), "memory_gib": d.get("memory_gib")}
+    env = run_env(acc)
+    rows = doc["rows"]
+    roofs = {r["meta"]["roofline"]: r for r in rows if (r.get("meta") or {}).get("roofline")}
+    peers = [r for r in rows if (r.get("meta") or {}).get("peer_of") and r.get("status") == "ok"]
+    written = []
+    for r in rows:
+        meta = r.get("meta") or {}
+        if r.get("status") != "ok" or "op" not in meta:
+            continue
+        gemm = r.get("group") == "gemm"
+        roof = roofs["bf16_matmul" if gemm else "copy"]
+        rate, unit = (r["tflops"], "TFLOP/s") if gemm else (r["gbps"], "GB/s")
+        rrate = roof["tflops"] if gemm else roof["gbps"]
+        pe = [{"name": p["kernel"].removeprefix("peer: "), "median": p["ms"], "unit": "ms",
+               "rate": p.get("tflops", p.get("gbps")),
+               "rate_unit": "TFLOP/s" if "tflops" in p else "GB/s", "ratio": p.get("ratio"),
+               "ratio_label": p.get("ratio_label")}
+              for p in peers if p["meta"]["peer_of"] == ("gemm" if gemm else "quantize")
+              and (gemm or r.get("group") in ("quantize", "dual"))]
+        rec = make_record(
+            suite="gpu-kernels", entry=r["kernel"], group=r.get("group", "quantize"),
+            impl=meta["impl"], op=meta["op"], fmt=meta["format"], profile=meta["profile"],
+            params={"size": doc["size"], **meta.get("params", {})},
+            metric={"name": "kernel time", "unit": "ms", "lower_is_better": True,
+                    "repeats": r.get("repeats_ms") or [r["ms"]],
+                    "rate": rate, "rate_unit": unit},
+            roofline=None, peers=pe, check=r.get("check"), command=command,
+            verify=_verify_ref(report, rel, sha, "triton"), env=env)
+        m = rec["metric"]
+        # the rate follows the median of the repeats (do_bench medians)
+        m["rate"] = rate * r["ms"] / m["median"]
+        rec["roofline"] = {"name": roof["kernel"].removeprefix("roofline: "),
+                           "median": roof["ms"], "unit": "ms", "rate": rrate,
+                           "rate_unit": unit, "ratio": m["rate"] / rrate,
+                           "ratio_label": "of copy" if not gemm else "x cuBLAS BF16",
+                           "basis": "rate", "repeats": roof.get("repeats_ms") or [roof["ms"]]}
+        written.append(_write(out, seal(rec)))
+    return written
+
+
+# ---------------------------------------------------------------------------------------------
+def run_train(out: Path, *, model: str, recipes: list[str], tokens: int, seed: int,
+              device: str, seq_len: int, batch_size: int, validate_every: int, threads: int,
+              command: list[str]) -> list[Path]:
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "run.log"
+    runs = {}
+    for rc_name in ["bf16"] + [r for r in recipes if r != "bf16"]:
+        rd = out / "runs" / slug(rc_name)
+        cmd = [sys.executable, "-m", "mxref.cli", "train", "--model", model, "--recipe",
+               rc_name, "--tokens", str(tokens), "--seed", str(seed), "--out", rd,
+               "--device", device, "--seq-len", str(seq_len), "--batch-size", str(batch_size),
+               "--validate-every", str(validate_every if rc_name != "bf16" else 0),
+               "--threads", str(threads), "--no-progress"]
+        rc = _run(cmd, log)
+        summ = rd / "summary.json"
+        if rc != 0 or not summ.is_file() or \
+                json.loads(summ.read_text()).get("status") != "complete":
+            raise RunnerError(f"mxref train --recipe {rc_name} did not complete (exit {rc}); "
+                              f"see {log}")
+        runs[rc_name] = rd
+    return ingest_train(out, runs, command)
+
+
+def _steps(rd: Path) -> list[dict]:
+    return [json.loads(x) for x in (rd / "log.jsonl").read_text().splitlines() if x.strip()]
+
+
+def ingest_train(out: Path, runs: dict, command) -> list[Path]:
+    from mxkernels.training.compare import compare_pair, load_run
+
+    base_dir = runs["bf16"]
+    base = load_run(base_dir)
+    bsum = json.loads((base_dir / "summary.json").read_text())
+    bsteps = _steps(base_dir)
+    btimes = [s["step_time_s"] for s in bsteps[1:]] or [s["step_time_s"] for s in bsteps]
+    acc = None
+    if str(bsum.get("device", "cpu")).startswith("cuda"):
+        import torch
+        p = torch.cuda.get_device_properties(0)
+        acc = {"name": p.name, "runtime": f"CUDA {torch.version.cuda}", "driver": None,
+               "clocks": None, "sms": p.multi_processor_count,
+               "memory_gib": round(p.total_memory / 2**30, 1)}
+    env = run_env(acc)
+    curve = lambda steps: [[s["tokens"], s["loss"]] for s in steps  # noqa: E731
+                           if isinstance(s.get("loss"), float)]
+    written = []
+    for name, rd in runs.items():
+        if name == "bf16":
+            continue
+        summ = json.loads((rd / "summary.json").read_text())
+        steps = _steps(rd)
+        times = [s["step_time_s"] for s in steps[1:]] or [s["step_time_s"] for s in steps]
+        cmp = compare_pair(load_run(rd), base)
+        checks = rd / "checks.jsonl"
+        if not checks.is_file() or not checks.read_text().strip():
+            raise RunnerError(f"{rd} holds no in-run validation checks (use --validate-every)")
+        rel, sha = _store_evidence(out, checks, "jsonl")
+        lines = [json.loads(x) for x in checks.read_text().splitlines() if x.strip()]
+        status = "pass" if all(x.get("ok") for x in lines) else "fail"
+        tokens_per_step = steps[0]["tokens"]
+        rec = make_record(
+            suite="training", entry=f"{summ['model']} {name}", group="train",
+            impl=f"MXLinear ({summ.get('device')})", op="train-step", fmt=name,
+            profile="recipe",
+            params={"model": summ["model"], "recipe": name, "tokens": summ["tokens"],
+                    "seed": summ["seed"], "tokens_per_step": tokens_per_step,
+                    "params": summ.get("params")},
+            metric={"name": "step time", "unit": "s", "lower_is_better": True,
+                    "repeats": times, "samples_per_repeat": 1},
+            roofline=None, peers=[], command=command,
+            quality={"final_loss": summ.get("final_train_loss_tail_mean"),
+                     "bf16_final_loss": bsum.get("final_train_loss_tail_mean"),
+                     "dl_vs_bf16": cmp.get("dL_train_tail"),
+                     "dl_vs_bf16_ema": cmp.get("dL_train_ema"),
+                     "extra_tokens_frac": cmp.get("extra_tokens_frac"),
+                     "quant_share": summ.get("median_quant_share"),
+                     "peak_mem_gib": (summ["peak_mem_bytes"] / 2**30
+                                      if summ.get("peak_mem_bytes") else None),
+                     "loss_curve": curve(steps), "baseline_curve": curve(bsteps)},
+            verify={"kind": "in-run-validation", "report": rel, "sha256": sha,
+                    "status": status, "backend": f"mxkernels {summ.get('device')}",
+                    "cases": len(lines)}, env=env)
+        m = rec["metric"]
+        m["rate"], m["rate_unit"] = tokens_per_step / m["median"], "tokens/s"
+        bmed = statistics.median(btimes)
+        rec["roofline"] = {"name": "bf16 step time (same run)", "median": bmed, "unit": "s",
+                           "rate": tokens_per_step / bmed, "rate_unit": "tokens/s",
+                           "ratio": m["median"] / bmed, "ratio_label": "x bf16 step time",
+                           "basis": "time", "repeats": btimes}
+        written.append(_write(out, seal(rec)))
+    return written

@@ -1,0 +1,237 @@
+"""The verified-only rule: a record enters the store only if it is well-formed, untampered, and
+backed by a passing verify of the same op / format / profile from the same run.
+
+Checks (each failure is one reason in the rejection):
+
+1. the JSON Schema (``schema.RECORD_SCHEMA``);
+2. ``record_sha256`` is the hash of the record's canonical JSON (an edited field breaks it);
+3. the metric is consistent: ``median`` is the median of ``repeats``, ``spread`` is their
+   (max - min) / median, and the roofline ratio follows from the medians or rates;
+4. the verify evidence exists beside the record, hashes to ``verify.sha256`` and passed:
+   an ``mxref-verify/1`` report with status ``pass`` whose backend is the record's, whose golden
+   manifest hash and suite version are the record's, and that ran at least one passing case of the
+   record's op, format and profile (``in-run-validation``: a checks.jsonl with at least one check,
+   every one ok);
+5. the record's golden suite is the store's (the repository's golden/MANIFEST.json), and the
+   build was a clean checkout (``git.dirty`` false) unless the caller allows dirty builds.
+
+These checks catch edits, missing or foreign evidence and inconsistent numbers. They cannot stop a
+forger who re-runs the hashing by hand; `mxref leaderboard reproduce` re-runs the recorded command,
+which is the final word on a number.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .record import file_sha256, golden_state, record_hash, slug
+from .schema import SCHEMA, schema_problems
+
+VERIFY_SCHEMA = "mxref-verify/1"
+REL = 1e-9
+
+
+@dataclass
+class Verdict:
+    path: str
+    record: dict | None
+    problems: list[str] = field(default_factory=list)
+    evidence: Path | None = None
+
+    @property
+    def ok(self) -> bool:
+        return not self.problems
+
+
+def _close(a, b, rel=REL) -> bool:
+    return math.isclose(float(a), float(b), rel_tol=rel, abs_tol=1e-300)
+
+
+def metric_problems(rec: dict) -> list[str]:
+    out = []
+    m = rec["metric"]
+    reps = m["repeats"]
+    med = statistics.median(reps)
+    if not _close(m["median"], med):
+        out.append(f"metric.median {m['median']!r} is not the median of metric.repeats ({med!r})")
+    spread = (max(reps) - min(reps)) / med
+    if not _close(m["spread"], spread, 1e-6) and not (m["spread"] == 0 == spread):
+        out.append(f"metric.spread {m['spread']!r} is not (max - min) / median of the repeats "
+                   f"({spread!r})")
+    r = rec.get("roofline")
+    if r:
+        basis = r.get("basis", "rate")
+        if basis == "rate":
+            if not (m.get("rate") and r.get("rate")):
+                out.append("roofline.basis 'rate' needs metric.rate and roofline.rate")
+            elif not _close(r["ratio"], m["rate"] / r["rate"], 1e-6):
+                out.append(f"roofline.ratio {r['ratio']!r} is not metric.rate / roofline.rate "
+                           f"({m['rate'] / r['rate']!r})")
+        elif basis == "time":
+            if not _close(r["ratio"], m["median"] / r["median"], 1e-6):
+                out.append(f"roofline.ratio {r['ratio']!r} is not metric.median / roofline.median"
+                           f" ({m['median'] / r['median']!r})")
+        else:
+            out.append(f"roofline.basis {basis!r} is neither 'rate' nor 'time'")
+    return out
+
+
+def _find_evidence(record_path: Path, rel: str, roots=()) -> Path | None:
+    """The evidence file `rel` (e.g. verify/<sha>.json) under the record's store root: the first
+    ancestor of the record that holds it, or one of `roots`."""
+    for base in list(roots) + list(record_path.resolve().parents):
+        p = Path(base) / rel
+        if p.is_file():
+            return p
+    return None
+
+
+def _covers(report: dict, rec: dict) -> tuple[int, list[str]]:
+    """Passing cases of the record's op/format/profile in the report, and what is wrong."""
+    cases, bad = 0, []
+    for f in report.get("files", []):
+        if f.get("op") != rec["op"] or f.get("format") != rec["format"]:
+            continue
+        if rec["profile"] not in (f.get("profile"), f.get("run_as")):
+            continue
+        if f.get("status") != "pass" or f.get("mismatch", 0) or f.get("error", 0):
+            bad.append(f"{f.get('path')}: {f.get('status')}")
+        cases += int(f.get("pass", 0))
+    return cases, bad
+
+
+def evidence_problems(rec: dict, path: Path, roots=()) -> tuple[list[str], Path | None]:
+    v = rec["verify"]
+    p = _find_evidence(path, v["report"], roots)
+    if p is None:
+        return [f"verify evidence {v['report']} not found beside the record"], None
+    got = file_sha256(p)
+    if got != v["sha256"]:
+        return [f"verify evidence {v['report']} hashes to {got[:12]}..., the record says "
+                f"{v['sha256'][:12]}..."], p
+    if v["status"] != "pass":
+        return [f"verify.status is {v['status']!r}, not 'pass'"], p
+    out = []
+    if v["kind"] == "mxref-verify":
+        try:
+            rep = json.loads(p.read_text())
+        except ValueError as e:
+            return [f"verify report {p.name} is not JSON: {e}"], p
+        if rep.get("schema") != VERIFY_SCHEMA:
+            return [f"verify report schema is {rep.get('schema')!r}, not {VERIFY_SCHEMA}"], p
+        if rep.get("status") != "pass":
+            out.append(f"the verify report's status is {rep.get('status')!r}, not 'pass'")
+        name = rep.get("backend", {}).get("name")
+        if name != v["backend"]:
+            out.append(f"the verify report is of backend {name!r}, the record claims "
+                       f"{v['backend']!r}")
+        g = rep.get("golden", {})
+        if g.get("manifest_sha256") != rec["golden"]["manifest_sha256"] or \
+                g.get("suite_version") != rec["golden"]["suite_version"]:
+            out.append("the verify report ran a different golden suite "
+                       f"({g.get('suite_version')}, manifest {str(g.get('manifest_sha256'))[:12]}"
+                       f"...) than the record's ({rec['golden']['suite_version']}, "
+                       f"{rec['golden']['manifest_sha256'][:12]}...)")
+        commit = rep.get("env", {}).get("commit")
+        if commit and not (commit.startswith(rec["git"]["commit"]) or
+                           rec["git"]["commit"].startswith(commit)):
+            out.append(f"the verify report was run at commit {commit[:10]}, the record at "
+                       f"{rec['git']['commit'][:10]}")
+        cases, bad = _covers(rep, rec)
+        if bad:
+            out.append(f"verify failed files of {rec['op']}/{rec['format']}/{rec['profile']}: "
+                       + "; ".join(bad[:3]))
+        elif cases == 0:
+            out.append(f"no passing verify of {rec['op']} {rec['format']} {rec['profile']} in "
+                       "the report (the verified-only rule needs the same op and profile)")
+    else:                                   # in-run-validation: checks.jsonl
+        n, failed = 0, 0
+        for line in p.read_text().splitlines():
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+            except ValueError:
+                out.append(f"{p.name}: a line is not JSON")
+                break
+            n += 1
+            failed += not d.get("ok", False)
+        if n == 0:
+            out.append("the in-run validation log holds no check")
+        if failed:
+            out.append(f"{failed} of {n} in-run validation checks failed")
+    return out, p
+
+
+def check_record(path, *, roots=(), current_golden=True, allow_dirty=False,
+                 golden_root=None) -> Verdict:
+    path = Path(path)
+    try:
+        rec = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        return Verdict(str(path), None, [f"cannot read a JSON record: {e}"])
+    if not isinstance(rec, dict) or rec.get("schema") != SCHEMA:
+        got = rec.get("schema") if isinstance(rec, dict) else type(rec).__name__
+        return Verdict(str(path), None, [f"not a {SCHEMA} record (schema {got!r})"])
+    v = Verdict(str(path), rec)
+    v.problems += schema_problems(rec)
+    if v.problems:
+        return v                             # the rest reads fields the schema guarantees
+    h = record_hash(rec)
+    if h != rec["record_sha256"]:
+        v.problems.append(f"record_sha256 does not match the content (content hashes to "
+                          f"{h[:12]}...): the record was edited after it was sealed")
+    v.problems += metric_problems(rec)
+    probs, v.evidence = evidence_problems(rec, path, roots)
+    v.problems += probs
+    if current_golden:
+        g = golden_state(golden_root)
+        if (rec["golden"]["suite"], rec["golden"]["suite_version"],
+                rec["golden"]["manifest_sha256"]) != (g["suite"], g["suite_version"],
+                                                     g["manifest_sha256"]):
+            v.problems.append(f"recorded against golden {rec['golden']['suite']}@"
+                              f"{rec['golden']['suite_version']} (manifest "
+                              f"{rec['golden']['manifest_sha256'][:12]}...); this store is on "
+                              f"{g['suite']}@{g['suite_version']} ({g['manifest_sha256'][:12]}...)")
+    if rec["git"]["dirty"] and not allow_dirty:
+        v.problems.append("built from a dirty tree (git.dirty): not reproducible from its commit")
+    return v
+
+
+def store_path(store: Path, rec: dict) -> Path:
+    return (Path(store) / "records" / rec["suite"] / rec["machine"]["slug"] /
+            f"{slug(rec['entry'])}.json")
+
+
+def accept(v: Verdict, store: Path) -> Path:
+    """Copy an accepted record and its evidence into the store; returns the record's new path."""
+    assert v.ok and v.record is not None and v.evidence is not None
+    store = Path(store)
+    ev = store / v.record["verify"]["report"]
+    if not ev.exists() or file_sha256(ev) != v.record["verify"]["sha256"]:
+        ev.parent.mkdir(parents=True, exist_ok=True)
+        tmp = ev.with_suffix(ev.suffix + ".tmp")
+        shutil.copyfile(v.evidence, tmp)
+        tmp.replace(ev)
+    dest = store_path(store, v.record)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(v.record, indent=1, sort_keys=True) + "\n")
+    tmp.replace(dest)
+    return dest
+
+
+def record_files(paths) -> list[Path]:
+    """Record files named by `paths` (files, or directories searched for records/**/*.json)."""
+    out = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            base = p / "records" if (p / "records").is_dir() else p
+            out += sorted(q for q in base.rglob("*.json") if q.is_file())
+        else:
+            out.append(p)
+    return out

@@ -1,0 +1,302 @@
+"""The leaderboard's verified-only rule, tamper detection, regression gate and reproduce.
+
+Records here are sealed by `make_record` around a real `mxref verify` report (numba backend,
+L0 quantize_mx mxfp4/ocp); every rejection test plants one defect in an otherwise accepted record
+and checks the rejection names it.
+"""
+import json
+import shutil
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from mxref.backends.registry import get_backend
+from mxref.cli import main
+from mxref.leaderboard import gate as gate_mod
+from mxref.leaderboard.record import file_sha256, make_record, record_hash, run_env, seal
+from mxref.leaderboard.reproduce import ReproduceError, reproduce
+from mxref.leaderboard.submit import accept, check_record, record_files, store_path
+from mxref.verify.run import verify
+
+COMMIT = "0123456789abcdef0123456789abcdef01234567"
+
+
+@pytest.fixture(autouse=True)
+def clean_build(monkeypatch):
+    monkeypatch.setenv("MXREF_COMMIT", COMMIT)
+    monkeypatch.setenv("MXREF_DIRTY", "0")
+    from mxref.verify import run as vrun
+    vrun._git.cache_clear()
+    yield
+    vrun._git.cache_clear()
+
+
+@pytest.fixture(scope="module")
+def report_doc():
+    from mxref.verify import run as vrun
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MXREF_COMMIT", COMMIT)
+        mp.setenv("MXREF_DIRTY", "0")
+        vrun._git.cache_clear()
+        rep = verify(get_backend("numba"), levels=(0,), ops=["quantize_mx"], formats=["mxfp4"],
+                     profiles=["ocp"])
+        vrun._git.cache_clear()
+    assert rep.doc["status"] == "pass" and rep.doc["summary"]["passed_cases"] > 0
+    return rep.doc
+
+
+def _write_report(root: Path, doc: dict) -> tuple[str, str]:
+    root.mkdir(parents=True, exist_ok=True)
+    raw = root / "raw.json"
+    raw.write_text(json.dumps(doc))
+    sha = file_sha256(raw)
+    rel = f"verify/{sha}.json"
+    (root / "verify").mkdir(parents=True, exist_ok=True)
+    shutil.move(raw, root / rel)
+    return rel, sha
+
+
+def _record(root: Path, doc: dict, *, entry="quantize fp32->mxfp4 ocp rows (numba)",
+            profile="ocp", repeats=(1.0e-2, 1.1e-2, 1.05e-2), accelerator=None, write=True):
+    rel, sha = _write_report(root, doc)
+    rec = make_record(
+        suite="cpu-emulator", entry=entry, group="quantize", impl="mxref numba",
+        op="quantize_mx", fmt="mxfp4", profile=profile, params={"shape": [64, 64]},
+        metric={"name": "time per call", "unit": "s", "lower_is_better": True,
+                "repeats": list(repeats)},
+        command=["mxref", "leaderboard", "run", "cpu", "--out", "X"],
+        verify={"kind": "mxref-verify", "report": rel, "sha256": sha, "status": doc["status"],
+                "backend": doc["backend"]["name"],
+                "cases": doc["summary"]["passed_cases"]},
+        accelerator=accelerator, env=run_env(accelerator))
+    if write:
+        p = store_path(root, rec)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(json.dumps(rec))
+        return p, rec
+    return None, rec
+
+
+def _rewrite(p: Path, rec: dict, reseal=False):
+    if reseal:
+        seal(rec)
+    p.write_text(json.dumps(rec))
+
+
+def test_valid_record_is_accepted_and_stored(tmp_path, report_doc):
+    p, rec = _record(tmp_path / "run", report_doc)
+    v = check_record(p)
+    assert v.ok, v.problems
+    dest = accept(v, tmp_path / "store")
+    assert json.loads(dest.read_text()) == rec
+    assert (tmp_path / "store" / rec["verify"]["report"]).is_file()
+    assert check_record(dest).ok            # the stored copy validates on its own
+
+
+def test_edited_median_is_rejected(tmp_path, report_doc):
+    p, rec = _record(tmp_path, report_doc)
+    rec["metric"]["median"] *= 0.5
+    _rewrite(p, rec)
+    probs = check_record(p).problems
+    assert any("record_sha256 does not match" in x for x in probs), probs
+    assert any("is not the median of metric.repeats" in x for x in probs), probs
+    # a forger who also re-seals is still caught by the repeats
+    _rewrite(p, rec, reseal=True)
+    probs = check_record(p).problems
+    assert not any("record_sha256" in x for x in probs)
+    assert any("is not the median of metric.repeats" in x for x in probs), probs
+
+
+def test_inconsistent_roofline_ratio_is_rejected(tmp_path, report_doc):
+    p, rec = _record(tmp_path, report_doc)
+    rec["metric"]["rate"] = 100.0
+    rec["metric"]["rate_unit"] = "M elem/s"
+    rec["roofline"] = {"name": "copy", "median": 1e-2, "unit": "s", "rate": 200.0,
+                       "rate_unit": "M elem/s", "ratio": 0.5, "ratio_label": "of copy",
+                       "basis": "rate"}
+    _rewrite(p, rec, reseal=True)
+    assert check_record(p).ok
+    rec["roofline"]["ratio"] = 0.9                  # a better-looking ratio
+    _rewrite(p, rec, reseal=True)
+    assert any("roofline.ratio" in x for x in check_record(p).problems)
+
+
+def test_missing_verify_is_rejected(tmp_path, report_doc):
+    p, rec = _record(tmp_path, report_doc)
+    (tmp_path / rec["verify"]["report"]).unlink()
+    probs = check_record(p).problems
+    assert probs and "not found" in probs[0], probs
+    del rec["verify"]
+    _rewrite(p, rec, reseal=True)
+    assert any("'verify' is a required property" in x for x in check_record(p).problems)
+
+
+def test_wrong_verify_hash_is_rejected(tmp_path, report_doc):
+    p, rec = _record(tmp_path, report_doc)
+    ev = tmp_path / rec["verify"]["report"]
+    doc = json.loads(ev.read_text())
+    doc["summary"]["passed_cases"] += 1            # an edited report
+    ev.write_text(json.dumps(doc))
+    probs = check_record(p).problems
+    assert any("hashes to" in x for x in probs), probs
+
+
+def test_failing_verify_is_rejected(tmp_path, report_doc):
+    doc = json.loads(json.dumps(report_doc))
+    doc["status"] = "fail"
+    doc["files"][0]["status"] = "fail"
+    doc["files"][0]["mismatch"] = 1
+    p, rec = _record(tmp_path, doc)
+    probs = check_record(p).problems
+    assert any("verify.status is 'fail'" in x for x in probs), probs
+    rec["verify"]["status"] = "pass"                 # lie about it in the record
+    _rewrite(p, rec, reseal=True)
+    probs = check_record(p).problems
+    assert any("report's status is 'fail'" in x for x in probs), probs
+    assert any("verify failed files" in x for x in probs), probs
+
+
+def test_verify_of_another_profile_is_rejected(tmp_path, report_doc):
+    p, _ = _record(tmp_path, report_doc, profile="rceil")
+    probs = check_record(p).problems
+    assert any("no passing verify of quantize_mx mxfp4 rceil" in x for x in probs), probs
+
+
+def test_foreign_backend_and_golden_are_rejected(tmp_path, report_doc):
+    doc = json.loads(json.dumps(report_doc))
+    doc["backend"]["name"] = "torch"
+    doc["golden"]["manifest_sha256"] = "0" * 64
+    p, rec = _record(tmp_path, doc)
+    rec["verify"]["backend"] = "numba"
+    _rewrite(p, rec, reseal=True)
+    probs = check_record(p).problems
+    assert any("of backend 'torch'" in x for x in probs), probs
+    assert any("different golden suite" in x for x in probs), probs
+
+
+def test_stale_suite_and_dirty_tree_are_rejected(tmp_path, report_doc):
+    p, rec = _record(tmp_path, report_doc)
+    rec["golden"]["suite_version"] = "2000.1.1"
+    rec["git"]["dirty"] = True
+    _rewrite(p, rec, reseal=True)
+    probs = check_record(p).problems
+    assert any("this store is on" in x for x in probs), probs
+    assert any("dirty tree" in x for x in probs), probs
+    assert not any("dirty" in x for x in check_record(p, allow_dirty=True).problems)
+
+
+def test_verify_of_another_commit_is_rejected(tmp_path, report_doc):
+    doc = json.loads(json.dumps(report_doc))
+    doc["env"]["commit"] = "f" * 40
+    p, _ = _record(tmp_path, doc)
+    assert any("run at commit ffffffffff" in x for x in check_record(p).problems)
+
+
+def test_not_a_record(tmp_path):
+    p = tmp_path / "x.json"
+    p.write_text("{broken")
+    assert "cannot read a JSON record" in check_record(p).problems[0]
+    p.write_text(json.dumps({"schema": "something-else"}))
+    assert "not a mxref-leaderboard/1 record" in check_record(p).problems[0]
+
+
+def test_cli_submit_exit_codes_and_json(tmp_path, report_doc):
+    good, _ = _record(tmp_path / "run", report_doc)
+    bad, rec = _record(tmp_path / "run", report_doc, entry="tampered")
+    rec["metric"]["repeats"][0] = 1.0
+    _rewrite(bad, rec)
+    r = CliRunner().invoke(main, ["leaderboard", "submit", str(tmp_path / "run"), "--store",
+                                  str(tmp_path / "store"), "--json"])
+    assert r.exit_code == 1, r.output
+    doc = json.loads(r.output)
+    assert (doc["accepted"], doc["rejected"]) == (1, 1)
+    stored = list((tmp_path / "store" / "records").rglob("*.json"))
+    assert [s.name for s in stored] == [good.name]
+    r = CliRunner().invoke(main, ["leaderboard", "submit", str(good), "--store",
+                                  str(tmp_path / "store")])
+    assert r.exit_code == 0 and "1 accepted, 0 rejected" in r.output
+
+
+H100 = {"name": "NVIDIA H100 80GB HBM3", "runtime": "CUDA 12.8", "driver": "570",
+        "clocks": None, "sms": 132, "memory_gib": 79.1}
+
+
+def test_gate(tmp_path, report_doc):
+    base, _ = _record(tmp_path / "base", report_doc, repeats=(1.00, 1.02, 0.98),
+                      accelerator=H100)                 # spread 4%
+    ok, _ = _record(tmp_path / "ok", report_doc, repeats=(1.03, 1.04, 1.02), accelerator=H100)
+    slow, _ = _record(tmp_path / "slow", report_doc, repeats=(1.10, 1.11, 1.09),
+                      accelerator=H100)
+    other, _ = _record(tmp_path / "other", report_doc, repeats=(3.0, 3.0, 3.0),
+                       accelerator=dict(H100, name="NVIDIA H200"))
+    rows = {r["status"] for r in gate_mod.gate([ok], tmp_path / "base")}
+    assert rows == {"ok"}
+    (row,) = gate_mod.gate([slow], tmp_path / "base")
+    assert row["status"] == "regression" and row["change"] == pytest.approx(0.10)
+    assert row["tolerance"] == pytest.approx(0.04)
+    (row,) = gate_mod.gate([other], tmp_path / "base")
+    assert row["status"] == "no-baseline"           # another GPU model is never compared
+    r = CliRunner().invoke(main, ["leaderboard", "gate", str(slow), "--baseline",
+                                  str(tmp_path / "base")])
+    assert r.exit_code == 1 and "regression" in r.output
+    r = CliRunner().invoke(main, ["leaderboard", "gate", str(ok), "--baseline",
+                                  str(tmp_path / "base")])
+    assert r.exit_code == 0, r.output
+
+
+FAKE_RUNNER = textwrap.dedent("""
+    import json, os, sys
+    from pathlib import Path
+    from mxref.leaderboard.record import make_record
+    from mxref.leaderboard.submit import store_path
+    out = Path(sys.argv[sys.argv.index("--out") + 1])
+    med = float(os.environ["FAKE_MEDIAN"])
+    rec = make_record(suite="cpu-emulator", entry=sys.argv[1], group="quantize", impl="fake",
+                      op="quantize_mx", fmt="mxfp4", profile="ocp", params={},
+                      metric={"name": "t", "unit": "s", "lower_is_better": True,
+                              "repeats": [med * 0.99, med, med * 1.01]},
+                      command=sys.argv, verify={"kind": "mxref-verify", "report": "verify/x",
+                                                "sha256": "0" * 64, "status": "pass",
+                                                "backend": "numba"})
+    p = store_path(out, rec)
+    p.parent.mkdir(parents=True)
+    p.write_text(json.dumps(rec))
+""")
+
+
+def test_reproduce(tmp_path):
+    script = tmp_path / "fake_runner.py"
+    script.write_text(FAKE_RUNNER)
+    _, rec = _record_fake(tmp_path, script)
+    res = reproduce(rec, env={"FAKE_MEDIAN": "1.015"})          # 1.5% off, spread 2%
+    assert res["status"] == "reproduced" and res["difference"] == pytest.approx(0.015)
+    res = reproduce(rec, env={"FAKE_MEDIAN": "1.5"})
+    assert res["status"] == "not-reproduced"
+    with pytest.raises(ReproduceError, match="no record of"):
+        reproduce(dict(rec, entry="another"), env={"FAKE_MEDIAN": "1"})
+    with pytest.raises(ReproduceError, match="no --out"):
+        reproduce(dict(rec, command=["true"]))
+    with pytest.raises(ReproduceError, match="exited 1"):
+        reproduce(dict(rec, command=[sys.executable, "-c", "import sys; sys.exit(1)",
+                                     "--out", "x"]))
+
+
+def _record_fake(tmp_path, script):
+    rec = make_record(suite="cpu-emulator", entry="fake entry", group="quantize", impl="fake",
+                      op="quantize_mx", fmt="mxfp4", profile="ocp", params={},
+                      metric={"name": "t", "unit": "s", "lower_is_better": True,
+                              "repeats": [0.99, 1.0, 1.01]},
+                      command=[sys.executable, str(script), "fake entry", "--out", "X"],
+                      verify={"kind": "mxref-verify", "report": "verify/x", "sha256": "0" * 64,
+                              "status": "pass", "backend": "numba"})
+    return None, rec
+
+
+def test_record_files_and_hash_are_stable(tmp_path, report_doc):
+    p, rec = _record(tmp_path, report_doc)
+    assert record_files([tmp_path]) == [p]
+    again = json.loads(json.dumps(rec, indent=3))
+    assert record_hash(again) == rec["record_sha256"]
