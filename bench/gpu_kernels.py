@@ -62,8 +62,17 @@ def device_info():
     }
 
 
+REPEATS = 1      # independent do_bench medians per kernel (--repeats); their spread is recorded
+
+
 def bench(fn, reps=200):
     return triton.testing.do_bench(fn, warmup=25, rep=reps, return_mode="median")
+
+
+def bench_repeats(fn, reps=200):
+    """Median of REPEATS independent do_bench medians, and the medians themselves."""
+    ms = [bench(fn, reps) for _ in range(REPEATS)]
+    return float(np.median(ms)), ms
 
 
 def activations(rows, cols, seed, dtype=torch.bfloat16):
@@ -97,16 +106,18 @@ class Run:
         n = self.size
         x = activations(n, n, 0)
         y = torch.empty_like(x)
-        ms = bench(lambda: y.copy_(x))
+        ms, reps = bench_repeats(lambda: y.copy_(x))
         self.copy_bw = 2 * x.numel() * 2 / (ms * 1e-3)
         self.record(kernel="roofline: device copy bf16 (read+write)", status="ok", ms=ms,
-                    gbps=self.copy_bw / 1e9, ratio=1.0, ratio_label="of copy")
+                    repeats_ms=reps, gbps=self.copy_bw / 1e9, ratio=1.0, ratio_label="of copy",
+                    meta={"roofline": "copy"})
         a = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
         b = torch.randn(n, n, device="cuda", dtype=torch.bfloat16)
-        ms = bench(lambda: a @ b.T, reps=100)
+        ms, reps = bench_repeats(lambda: a @ b.T, reps=100)
         self.bf16_tflops = 2 * n ** 3 / (ms * 1e-3) / 1e12
-        self.record(kernel="roofline: cuBLAS BF16 matmul", status="ok", ms=ms,
-                    tflops=self.bf16_tflops, ratio=1.0, ratio_label="of cuBLAS BF16")
+        self.record(kernel="roofline: cuBLAS BF16 matmul", status="ok", ms=ms, repeats_ms=reps,
+                    tflops=self.bf16_tflops, ratio=1.0, ratio_label="of cuBLAS BF16",
+                    meta={"roofline": "bf16_matmul"})
         try:
             a8 = a.to(torch.float8_e4m3fn)
             b8 = b.to(torch.float8_e4m3fn)
@@ -115,24 +126,26 @@ class Run:
                                                 out_dtype=torch.bfloat16), reps=100)
             t = 2 * n ** 3 / (ms * 1e-3) / 1e12
             self.record(kernel="peer: cuBLAS FP8 (torch._scaled_mm)", status="ok", ms=ms,
-                        tflops=t, ratio=t / self.bf16_tflops, ratio_label="x cuBLAS BF16")
+                        tflops=t, ratio=t / self.bf16_tflops, ratio_label="x cuBLAS BF16",
+                        meta={"peer_of": "gemm"})
         except Exception as e:  # noqa: BLE001
             self.record(kernel="peer: cuBLAS FP8 (torch._scaled_mm)", status="error",
                         error=f"{type(e).__name__}: {e}"[:300])
 
     # ---- memory-bound kernels -----------------------------------------------------------
-    def membound(self, name, fn, nbytes, check, group="quantize"):
+    def membound(self, name, fn, nbytes, check, group="quantize", meta=None):
         try:
             ok, why = check()
         except Exception as e:  # noqa: BLE001
             ok, why = False, f"{type(e).__name__}: {e}"[:300]
         if not ok:
-            self.record(kernel=name, group=group, status="FAILED", error=why)
+            self.record(kernel=name, group=group, status="FAILED", error=why, meta=meta)
             return
-        ms = bench(fn)
+        ms, reps = bench_repeats(fn)
         bw = nbytes / (ms * 1e-3)
-        self.record(kernel=name, group=group, status="ok", ms=ms, gbps=bw / 1e9,
-                    ratio=bw / self.copy_bw, ratio_label="of copy", check=why)
+        self.record(kernel=name, group=group, status="ok", ms=ms, repeats_ms=reps,
+                    gbps=bw / 1e9, bytes=nbytes, ratio=bw / self.copy_bw, ratio_label="of copy",
+                    check=why, meta=meta)
 
     def quantizers(self):
         n = self.size
@@ -176,7 +189,10 @@ class Run:
                             f"fast quantize bf16->{fmt} {profile} axis={axis}", run_fast, nb,
                             lambda fmt=fmt, profile=profile, axis=axis, packed=packed,
                             run_fast=run_fast: same(fmt, profile, axis, *run_fast(),
-                                                    packed=packed))
+                                                    packed=packed),
+                            meta=dict(op="quantize_mx", format=fmt, profile=profile,
+                                      impl="triton fast", params={"axis": axis,
+                                                                  "packed": packed}))
                     if profile == "ocp":
                         def run_dual(fmt=fmt, profile=profile, packed=packed):
                             return fast.quantize_dual(x, fmt, profile, packed=packed)
@@ -188,14 +204,21 @@ class Run:
                             b = same(fmt, profile, 0, cs, ccd, packed=packed)
                             return a[0] and b[0], f"rows: {a[1]}; cols: {b[1]}"
                         self.membound(f"dual quantize bf16->{fmt} {profile}", run_dual,
-                                      2 * N + 2 * (code_bytes * N + N / 32), check_dual)
+                                      2 * N + 2 * (code_bytes * N + N / 32), check_dual,
+                                      group="dual",
+                                      meta=dict(op="quantize_mx", format=fmt, profile=profile,
+                                                impl="triton fast dual",
+                                                params={"axis": "rows+cols", "packed": packed}))
                 if profile == "ocp" or fmt == "mxfp4":
                     def run_gen(fmt=fmt, profile=profile):
                         return ks.mx_quantize(x, fmt, profile, axis=-1)
                     nbg = 2 * N + N + N / 32         # generic kernel writes unpacked codes
                     self.membound(f"generic quantize bf16->{fmt} {profile} (unpacked)", run_gen,
                                   nbg, lambda fmt=fmt, profile=profile, run_gen=run_gen:
-                                  same(fmt, profile, -1, *run_gen()))
+                                  same(fmt, profile, -1, *run_gen()),
+                                  meta=dict(op="quantize_mx", format=fmt, profile=profile,
+                                            impl="triton generic",
+                                            params={"axis": -1, "packed": False}))
 
         # dequantize (generic kernel: unpacked codes in, fp32 out)
         rs, rc, mx = reference("mxfp4", "ocp", -1)
@@ -208,7 +231,9 @@ class Run:
             return d == 0, f"{d} mismatches of {r.size}"
         self.membound("dequantize mxfp4->fp32 (unpacked codes)",
                       lambda: ks.mx_dequantize(s_d, c_d, "mxfp4"), N + N / 32 + 4 * N, check_deq,
-                      group="dequantize")
+                      group="dequantize",
+                      meta=dict(op="dequantize", format="mxfp4", profile="ocp",
+                                impl="triton generic", params={"out": "fp32"}))
 
         # stochastic rounding
         sr = ks.modules.get("triton_sr")
@@ -223,7 +248,9 @@ class Run:
                 return ds == 0 and dc == 0, f"{ds} scale and {dc} code mismatches"
             self.membound("SR quantize bf16->mxfp4 ocp (in-kernel Philox, unpacked)",
                           lambda: sr.quantize_sr(x, "mxfp4", "ocp", axis=-1, seed=1234),
-                          2 * N + N + N / 32, check_sr)
+                          2 * N + N + N / 32, check_sr, group="sr",
+                          meta=dict(op="quantize_mx_sr", format="mxfp4", profile="ocp",
+                                    impl="triton SR (Philox)", params={"axis": -1}))
 
         # fused Hadamard + quantize
         rot = ks.modules.get("triton_rotate")
@@ -240,7 +267,11 @@ class Run:
                     dc = int((c.cpu().numpy() != mx.packed()).sum())
                     return ds == 0 and dc == 0, f"{ds} scale and {dc} code mismatches"
                 self.membound(f"fused Hadamard-{hn} + quantize bf16->mxfp4 ocp (packed)",
-                              run_rot, 2 * N + N / 2 + N / 32, check_rot)
+                              run_rot, 2 * N + N / 2 + N / 32, check_rot, group="rotate",
+                              meta=dict(op="quantize_rotated", format="mxfp4", profile="ocp",
+                                        impl="triton fused Hadamard",
+                                        params={"hadamard": hn, "signs": "none",
+                                                "packed": True}))
 
         # FP8 <-> FP4
         cv = ks.modules.get("triton_convert")
@@ -255,7 +286,9 @@ class Run:
                 return d == 0, f"{d} mismatches"
             self.membound("mxfp4 -> e4m3 (group 32, unpacked codes)",
                           lambda: cv.mxfp4_to_fp8(s4, c4, group=32), N + N / 32 + N + N / 32,
-                          check_cv, group="convert")
+                          check_cv, group="convert",
+                          meta=dict(op="mxfp4_to_fp8", format="mxfp4", profile="ocp",
+                                    impl="triton convert", params={"group": 32}))
 
     # ---- GEMMs ------------------------------------------------------------------------
     def gemms(self):
@@ -302,13 +335,17 @@ class Run:
                                          f"(rows 0..{rows - 1})")
             except Exception as e:  # noqa: BLE001
                 ok, why = False, f"{type(e).__name__}: {e}"[:300]
+            meta = dict(op="gemm", format="mxfp4+mxfp4", profile="ocp",
+                        impl=f"triton {mode}" + "".join(f" {v}" for v in kw.values()),
+                        params={"mode": mode, "contract": contract, **kw})
             if not ok:
-                self.record(kernel=name, group="gemm", status="FAILED", error=why)
+                self.record(kernel=name, group="gemm", status="FAILED", error=why, meta=meta)
                 continue
-            ms = bench(lambda mode=mode, kw=kw: run(mode, **kw), reps=100)
+            ms, reps = bench_repeats(lambda mode=mode, kw=kw: run(mode, **kw), reps=100)
             t = flops / (ms * 1e-3) / 1e12
-            self.record(kernel=name, group="gemm", status="ok", ms=ms, tflops=t,
-                        ratio=t / self.bf16_tflops, ratio_label="x cuBLAS BF16", check=why)
+            self.record(kernel=name, group="gemm", status="ok", ms=ms, repeats_ms=reps,
+                        tflops=t, ratio=t / self.bf16_tflops, ratio_label="x cuBLAS BF16",
+                        check=why, meta=meta)
         # the bit-exact kernel alone on pre-converted E4M3 operands: a small config sweep
         a8, b8 = gm.mxfp4_to_e4m3(A[1]), gm.mxfp4_to_e4m3(B[1])
         cfgs = [dict(block_m=128, block_n=128, num_warps=8, num_stages=3),
@@ -328,13 +365,17 @@ class Run:
                 ok, why = d == 0, f"{d} of {y.size} outputs differ from block_sequential"
             except Exception as e:  # noqa: BLE001
                 ok, why = False, f"{type(e).__name__}: {e}"[:300]
+            meta = dict(op="gemm", format="mxfp4+mxfp4", profile="ocp",
+                        impl="triton block_sequential (prepared E4M3)", params=dict(cfg))
             if not ok:
-                self.record(kernel=name, group="gemm", status="FAILED", error=why)
+                self.record(kernel=name, group="gemm", status="FAILED", error=why, meta=meta)
                 continue
-            ms = bench(lambda cfg=cfg: gm.mx_gemm_prepared(A[0], a8, B[0], b8, **cfg), reps=100)
+            ms, reps = bench_repeats(
+                lambda cfg=cfg: gm.mx_gemm_prepared(A[0], a8, B[0], b8, **cfg), reps=100)
             t = flops / (ms * 1e-3) / 1e12
-            self.record(kernel=name, group="gemm", status="ok", ms=ms, tflops=t,
-                        ratio=t / self.bf16_tflops, ratio_label="x cuBLAS BF16", check=why)
+            self.record(kernel=name, group="gemm", status="ok", ms=ms, repeats_ms=reps,
+                        tflops=t, ratio=t / self.bf16_tflops, ratio_label="x cuBLAS BF16",
+                        check=why, meta=meta)
         if hasattr(gm, "dot_scaled_gemm"):
             from mxkernels.triton_quant import pack_codes
             ap, bp = pack_codes(A[1], "mxfp4"), pack_codes(B[1], "mxfp4")
@@ -349,7 +390,7 @@ class Run:
                             status="ok", ms=ms, tflops=t, ratio=t / self.bf16_tflops,
                             ratio_label="x cuBLAS BF16",
                             check=f"{d} of {y.size} differ from block_sequential; {out} "
-                                  "outside the proven bound")
+                                  "outside the proven bound", meta={"peer_of": "gemm"})
             except Exception as e:  # noqa: BLE001
                 self.record(kernel="peer: tl.dot_scaled MXFP4 GEMM", group="gemm",
                             status="error", error=f"{type(e).__name__}: {e}"[:300])
@@ -364,7 +405,7 @@ class Run:
             bw = (2 * N + N + N / 32) / (ms * 1e-3)
             self.record(kernel="peer: torch-eager emulation bf16->mxfp4 ocp", group="quantize",
                         status="ok", ms=ms, gbps=bw / 1e9, ratio=bw / self.copy_bw,
-                        ratio_label="of copy")
+                        ratio_label="of copy", meta={"peer_of": "quantize"})
         except Exception as e:  # noqa: BLE001
             self.record(kernel="peer: torch-eager emulation", status="error",
                         error=f"{type(e).__name__}: {e}"[:300])
@@ -398,14 +439,19 @@ def main(argv=None):
     ap.add_argument("--size", type=int, default=8192)
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--only", default="", help="comma list of: quantizers,gemms,peers")
+    ap.add_argument("--repeats", type=int, default=1,
+                    help="independent do_bench medians per kernel (their spread is recorded)")
     args = ap.parse_args(argv)
+    global REPEATS
+    REPEATS = max(1, args.repeats)
     if not torch.cuda.is_available():
         print("no GPU: nothing to benchmark", file=sys.stderr)
         return 4
     run = Run(args.size, args.quick)
     doc = {"schema": SCHEMA, "device": device_info(), "size": args.size,
            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "command": " ".join([sys.executable] + sys.argv), "rows": run.rows}
+           "command": " ".join([sys.executable] + sys.argv), "repeats": REPEATS,
+           "rows": run.rows}
     only = set(filter(None, args.only.split(",")))
     run.rooflines()
     for part in ("quantizers", "gemms", "peers"):

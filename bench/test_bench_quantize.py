@@ -43,7 +43,8 @@ def test_mxref(benchmark, x32, fmt):
     mxref.quantize(x32[:64], fmt)  # compile outside the timed region
     benchmark.extra_info.update(fmt=fmt, impl="mxref", elements=x32.size,
                                 loadavg_before=os.getloadavg())
-    benchmark.pedantic(mxref.quantize, args=(x32, fmt), rounds=10, warmup_rounds=2)
+    rounds = int(os.environ.get("MXREF_BENCH_ROUNDS", "10"))
+    benchmark.pedantic(mxref.quantize, args=(x32, fmt), rounds=rounds, warmup_rounds=2)
 
 
 @pytest.mark.parametrize("fmt", list(FMTS))
@@ -90,7 +91,8 @@ def test_roofline_copy(benchmark, x32):
     narrow(bits[:2], out[:2])
     benchmark.extra_info.update(fmt="roofline", impl="read fp32 + write u8 (numba)",
                                 elements=x32.size, loadavg_before=os.getloadavg())
-    benchmark.pedantic(narrow, args=(bits, out), rounds=5, warmup_rounds=1)
+    rounds = int(os.environ.get("MXREF_BENCH_ROUNDS", "5"))
+    benchmark.pedantic(narrow, args=(bits, out), rounds=rounds, warmup_rounds=1)
 
 
 def test_roofline_copy_fresh_output(benchmark, x32):
