@@ -137,7 +137,14 @@ def _pad_to(t: torch.Tensor, mult: int) -> torch.Tensor:
 
 
 def _np(t):
-    return None if t is None else t.detach().cpu().numpy().copy()
+    """A captured tensor as numpy, bits unchanged (bf16 as ml_dtypes.bfloat16: numpy has none)."""
+    if t is None:
+        return None
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16).copy()
+    return t.numpy().copy()
 
 
 def _operand(ctx: _Ctx, gemm: str, side: str, t: torch.Tensor, spec: OperandSpec,
