@@ -146,8 +146,11 @@ def run_env(accelerator=None, golden_root=None) -> dict:
 
 
 def command_line() -> list[str]:
-    """How this process was started, as a re-runnable argv (the `mxref` entry point by name)."""
+    """How this process was started, as a re-runnable argv: ``python3 -m mxref.cli ...`` from the
+    repository root (works where the ``mxref`` entry point is not installed, e.g. a device)."""
     argv = list(sys.argv)
-    if argv and Path(argv[0]).name == "mxref":
-        argv[0] = "mxref"
-    return argv
+    head = Path(argv[0]) if argv else Path("mxref")
+    if head.name == "mxref" or head.as_posix().endswith("mxref/cli.py") or \
+            head.as_posix().endswith("mxref/__main__.py"):
+        return ["python3", "-m", "mxref.cli"] + argv[1:]
+    return [Path(sys.executable).name] + argv

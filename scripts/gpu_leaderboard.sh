@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Leaderboard records on a lent GPU. Usage: scripts/gpu_leaderboard.sh OUTDIR PART...
+#   kernels  mxref leaderboard run gpu: verify (triton, L0+L1 of the timed ops) + every kernel
+#            timed (3 independent do_bench medians each)                          <= 480 s
+#   profile  scripts/gpu_profile_mxlinear.py: one MXLinear step with the profiler  <= 120 s
+#   train    mxref leaderboard run train: llama-30m bf16 vs mxfp4-fdw, nvfp4-te,
+#            in-run validation                                                     <= 300 s
+#   step     bench/train_step.py: llama-125m seq 1024, bf16 vs mxfp4-fdw           <= 200 s
+# Pass MXREF_COMMIT (the device's .git can be stale); MXREF_DIRTY=0 when the tree is HEAD.
+# Every part runs under its own timeout; the exit code is the number of failed parts.
+set -uo pipefail
+OUT=${1:?usage: scripts/gpu_leaderboard.sh OUTDIR PART...}
+shift
+cd "$(dirname "$0")/.."
+mkdir -p "$OUT"
+OUT=$(cd "$OUT" && pwd)
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+export PYTHONUNBUFFERED=1
+fails=0
+part() {  # part NAME TIMEOUT_S CMD...
+  local name=$1 t=$2; shift 2
+  echo "== $name (timeout ${t}s): $*" | tee -a "$OUT/parts.log"
+  local t0=$SECONDS
+  timeout --signal=TERM --kill-after=15 "$t" "$@" >"$OUT/$name.log" 2>&1
+  local rc=$?
+  echo "== $name rc=$rc after $((SECONDS - t0)) s" | tee -a "$OUT/parts.log"
+  if [ $rc -ne 0 ]; then fails=$((fails + 1)); tail -30 "$OUT/$name.log"; fi
+  return 0
+}
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
+for p in "$@"; do
+  case $p in
+    kernels) part kernels 480 python3 -m mxref.cli leaderboard run gpu --out "$OUT/lb" \
+               --size 8192 --repeats 3 ;;
+    profile) part profile 120 python3 scripts/gpu_profile_mxlinear.py ;;
+    train)   part train 300 python3 -m mxref.cli leaderboard run train --out "$OUT/lb" \
+               --device cuda --model llama-30m --recipes mxfp4-fdw,nvfp4-te --tokens 524288 \
+               --seq-len 512 --batch-size 16 --validate-every 16 --threads 0 ;;
+    step)    part step 200 python3 bench/train_step.py --model llama-125m --seq-len 1024 \
+               --batch-size 16 --recipes bf16,mxfp4-fdw --steps 6 --warmup 2 --out "$OUT/step" ;;
+    *) echo "unknown part $p" >&2; fails=$((fails + 1)) ;;
+  esac
+done
+exit $fails
