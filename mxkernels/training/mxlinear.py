@@ -203,7 +203,11 @@ def run_gemm(ctx: _Ctx, gemm: str, a: torch.Tensor, b: torch.Tensor,
                                                              tb.dtype == torch.bfloat16):
             out = _mm_bf16_f32(va, vb.t())
         else:
-            out = torch.matmul(va, vb.t())
+            # fp32 accumulation is the contract the in-run check holds the output to: autocast
+            # (CPU bf16 runs) would round every product sum to bf16, so it is off here; products
+            # of bf16-exact values are exact in fp32
+            with torch.autocast(device_type=va.device.type, enabled=False):
+                out = torch.matmul(va.float(), vb.float().t())
         for q, axis in ((qa, 0), (qb, 1)):
             if q is not None and q.row_scale is not None:
                 out = out * (q.row_scale[:, None] if axis == 0 else q.row_scale[None, :])
