@@ -3,8 +3,8 @@
 #   kernels  mxref leaderboard run gpu: verify (triton, L0+L1 of the timed ops) + every kernel
 #            timed (3 independent do_bench medians each)                          <= 480 s
 #   profile  scripts/gpu_profile_mxlinear.py: one MXLinear step with the profiler  <= 120 s
-#   train    mxref leaderboard run train: llama-30m bf16 vs mxfp4-fdw, nvfp4-te,
-#            in-run validation                                                     <= 300 s
+#   train    mxref leaderboard run train: llama-30m bf16 vs mxfp4-fdw, nvfp4-te, 20 steps
+#            of 8192 tokens, in-run validation every 10                            <= 300 s
 #   step     bench/train_step.py: llama-125m seq 1024, bf16 vs mxfp4-fdw           <= 200 s
 # Pass MXREF_COMMIT (the device's .git can be stale); MXREF_DIRTY=0 when the tree is HEAD.
 # Every part runs under its own timeout; the exit code is the number of failed parts.
@@ -34,8 +34,8 @@ for p in "$@"; do
                --size 8192 --repeats 3 ;;
     profile) part profile 120 python3 scripts/gpu_profile_mxlinear.py ;;
     train)   part train 300 python3 -m mxref.cli leaderboard run train --out "$OUT/lb" \
-               --device cuda --model llama-30m --recipes mxfp4-fdw,nvfp4-te --tokens 524288 \
-               --seq-len 512 --batch-size 16 --validate-every 16 --threads 0 ;;
+               --device cuda --model llama-30m --recipes mxfp4-fdw,nvfp4-te --tokens 163840 \
+               --seq-len 512 --batch-size 16 --validate-every 10 --threads 0 ;;
     step)    part step 200 python3 bench/train_step.py --model llama-125m --seq-len 1024 \
                --batch-size 16 --recipes bf16,mxfp4-fdw --steps 6 --warmup 2 --out "$OUT/step" ;;
     *) echo "unknown part $p" >&2; fails=$((fails + 1)) ;;

@@ -86,8 +86,9 @@ def machine(accelerator: dict | None = None) -> dict:
 
 
 def packages() -> dict:
-    out = {"python": platform.python_version()}
-    for p in ("mxref",) + PACKAGES:
+    from .. import __version__
+    out = {"python": platform.python_version(), "mxref": __version__}   # also when not installed
+    for p in PACKAGES:
         try:
             out[p] = metadata.version(p)
         except metadata.PackageNotFoundError:
