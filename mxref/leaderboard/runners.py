@@ -269,11 +269,15 @@ def ingest_train(out: Path, runs: dict, command) -> list[Path]:
             continue
         summ = json.loads((rd / "summary.json").read_text())
         steps = _steps(rd)
-        times = [s["step_time_s"] for s in steps[1:]] or [s["step_time_s"] for s in steps]
         cmp = compare_pair(load_run(rd), base)
         checks = rd / "checks.jsonl"
         if not checks.is_file() or not checks.read_text().strip():
             raise RunnerError(f"{rd} holds no in-run validation checks (use --validate-every)")
+        # steps that captured operands for validation copy them to the host: not timed
+        checked = {json.loads(x).get("step") for x in checks.read_text().splitlines()
+                   if x.strip()}
+        times = [s["step_time_s"] for s in steps[1:] if s["step"] not in checked] or \
+            [s["step_time_s"] for s in steps]
         rel, sha = _store_evidence(out, checks, "jsonl")
         lines = [json.loads(x) for x in checks.read_text().splitlines() if x.strip()]
         status = "pass" if all(x.get("ok") for x in lines) else "fail"
@@ -284,6 +288,7 @@ def ingest_train(out: Path, runs: dict, command) -> list[Path]:
             profile="recipe",
             params={"model": summ["model"], "recipe": name, "tokens": summ["tokens"],
                     "seed": summ["seed"], "tokens_per_step": tokens_per_step,
+                    "timed_steps": len(times), "validated_steps": sorted(checked),
                     "params": summ.get("params")},
             metric={"name": "step time", "unit": "s", "lower_is_better": True,
                     "repeats": times, "samples_per_repeat": 1},
