@@ -405,7 +405,7 @@ class Run:
             bw = (2 * N + N + N / 32) / (ms * 1e-3)
             self.record(kernel="peer: torch-eager emulation bf16->mxfp4 ocp", group="quantize",
                         status="ok", ms=ms, gbps=bw / 1e9, ratio=bw / self.copy_bw,
-                        ratio_label="of copy", meta={"peer_of": "quantize"})
+                        ratio_label="of copy", meta={"peer_of": "quantize", "format": "mxfp4"})
         except Exception as e:  # noqa: BLE001
             self.record(kernel="peer: torch-eager emulation", status="error",
                         error=f"{type(e).__name__}: {e}"[:300])

@@ -302,7 +302,8 @@ def _summary(records, rejected, built):
 def _md_cell(text) -> str:
     if text is None:
         return MISSING
-    s = html.escape(str(text), quote=False).replace("|", "\\|")
+    # '<' and '&' would start raw HTML or an entity; '>' is harmless inside a table cell
+    s = str(text).replace("&", "&amp;").replace("<", "&lt;").replace("|", "\\|")
     return " ".join(s.split())
 
 
@@ -545,7 +546,7 @@ def plot_rooflines(records, out: Path) -> list[tuple[Path, str]]:
     for slug, rows in sorted(per_machine.items()):
         labels = sorted({r["roofline"]["ratio_label"] for r in rows})
         colors = {lab: plt.get_cmap("tab10")(i % 10) for i, lab in enumerate(labels)}
-        fig, ax = plt.subplots(figsize=(9, max(2.4, 0.32 * len(rows) + 1.4)))
+        fig, ax = plt.subplots(figsize=(12, max(2.4, 0.32 * len(rows) + 1.4)))
         try:
             y = range(len(rows))[::-1]  # first row at the top
             ax.barh(list(y), [r["roofline"]["ratio"] for r in rows],
@@ -558,7 +559,7 @@ def plot_rooflines(records, out: Path) -> list[tuple[Path, str]]:
             ax.set_title(f"Roofline ratio: {machine_label(rows[0]['machine'])}", fontsize=10)
             fig.tight_layout()
             path = out / f"roofline_{slug}.png"
-            fig.savefig(path, dpi=100)
+            fig.savefig(path, dpi=100, bbox_inches="tight")
         finally:
             plt.close(fig)
         made.append((path, f"roofline ratio per entry on {slug}"))

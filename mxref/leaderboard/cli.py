@@ -13,9 +13,25 @@ from pathlib import Path
 import click
 
 from ..errors import MXRefError
-from .record import command_line
 
 DEFAULT_STORE = "bench/results/leaderboard"
+
+
+def command_line() -> list[str]:
+    """The running `run` subcommand as a re-runnable argv with every option spelled out
+    (defaults included): ``python3 -m mxref.cli leaderboard run ... --out DIR ...``."""
+    ctx = click.get_current_context()
+    argv = ["python3", "-m", "mxref.cli"] + ctx.command_path.split()[1:]
+    for p in ctx.command.params:
+        if not isinstance(p, click.Option) or p.name == "as_json":
+            continue
+        v = ctx.params.get(p.name)
+        opt = max(p.opts, key=len)
+        for x in (v if p.multiple else [v]):
+            if x is None or x is False:
+                continue
+            argv += [opt] if x is True else [opt, str(x)]
+    return argv
 
 
 def _fail(msg, code=2):
@@ -143,7 +159,7 @@ def submit_cmd(paths, store, allow_dirty, dry_run, as_json):
 
 @leaderboard_group.command("build")
 @click.argument("store", type=click.Path(file_okay=False, exists=True), default=DEFAULT_STORE)
-@click.option("--out", "-o", type=click.Path(file_okay=False), default="site", show_default=True)
+@click.option("--out", "-o", type=click.Path(file_okay=False), default="bench/site", show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 def build_cmd(store, out, as_json):
     """LEADERBOARD.md, index.html (sortable tables, plots) and CSV from the stored records.

@@ -195,7 +195,8 @@ def ingest_gpu(out: Path, doc: dict, report: dict, rel: str, sha: str, command) 
                "rate_unit": "TFLOP/s" if "tflops" in p else "GB/s", "ratio": p.get("ratio"),
                "ratio_label": p.get("ratio_label")}
               for p in peers if p["meta"]["peer_of"] == ("gemm" if gemm else "quantize")
-              and (gemm or r.get("group") in ("quantize", "dual"))]
+              and (gemm or r.get("group") in ("quantize", "dual"))
+              and p["meta"].get("format", meta["format"]) == meta["format"]]
         rec = make_record(
             suite="gpu-kernels", entry=r["kernel"], group=r.get("group", "quantize"),
             impl=meta["impl"], op=meta["op"], fmt=meta["format"], profile=meta["profile"],
