@@ -7,13 +7,14 @@ import os
 import shutil
 import subprocess
 from html.parser import HTMLParser
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from mxref.leaderboard.build import CSV_FIELDS, build_site
 from mxref.leaderboard.record import make_record, run_env
-from mxref.leaderboard.schema import schema_problems
+from mxref.leaderboard.schema import SUITES, schema_problems
 
 H100 = {"name": "NVIDIA H100 80GB HBM3", "runtime": "CUDA 12.8", "driver": "570.1",
         "clocks": None, "sms": 132, "memory_gib": 79.1}
@@ -334,3 +335,30 @@ document.addEventListener("DOMContentLoaded", function () {
     assert dom.body["data-first"] == ",".join(ascending) + "/ascending"
     assert dom.body["data-second"] == ",".join(ascending[::-1]) + "/descending"
     assert _entries(dom) == [XSS, "quantize mxfp4 triton", "dequantize mxfp8 small"]
+
+
+def test_committed_store_renders_in_chromium(tmp_path):
+    """The acceptance page: the committed store, re-checked record by record, built and rendered:
+    the CPU emulator, every Triton kernel on the H100, and the training recipes are all there."""
+    from mxref.leaderboard.submit import check_record, record_files
+
+    store = Path(__file__).resolve().parents[1] / "bench/results/leaderboard"
+    verdicts = [check_record(p, current_golden=False, allow_dirty=True)
+                for p in record_files([store])]
+    assert verdicts and all(v.ok for v in verdicts), [v.problems for v in verdicts if not v.ok]
+    recs = [v.record for v in verdicts]
+    site = build_site(recs, tmp_path / "site")
+    shot = tmp_path / "page.png"
+    _run_chromium(tmp_path, site["html"].as_uri(), f"--screenshot={shot}",
+                  "--window-size=1400,2000")
+    assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    dom = _dom(tmp_path, site["html"].as_uri())
+    by_suite = {s: sum(r["suite"] == s for r in recs) for s in SUITES}
+    for suite, n in by_suite.items():
+        assert n > 0 and len(dom.rows[f"table-{suite}"]) == n, suite
+    h100 = [r for r in dom.rows["table-gpu-kernels"] if r[0] == "nvidia-h100-80gb-hbm3"]
+    groups = {r["group"] for r in recs if r["suite"] == "gpu-kernels"}
+    assert len(h100) == by_suite["gpu-kernels"] and groups >= {
+        "quantize", "dual", "dequantize", "sr", "rotate", "convert", "gemm"}
+    recipes = {r["params"]["recipe"] for r in recs if r["suite"] == "training"}
+    assert {"mxfp4-fdw", "nvfp4-te"} <= recipes
