@@ -11,22 +11,7 @@
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_leaderboard.sh OUTDIR PART...}
 shift
-cd "$(dirname "$0")/.."
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1
-fails=0
-part() {  # part NAME TIMEOUT_S CMD...
-  local name=$1 t=$2; shift 2
-  echo "== $name (timeout ${t}s): $*" | tee -a "$OUT/parts.log"
-  local t0=$SECONDS
-  timeout --signal=TERM --kill-after=15 "$t" "$@" >"$OUT/$name.log" 2>&1
-  local rc=$?
-  echo "== $name rc=$rc after $((SECONDS - t0)) s" | tee -a "$OUT/parts.log"
-  if [ $rc -ne 0 ]; then fails=$((fails + 1)); tail -30 "$OUT/$name.log"; fi
-  return 0
-}
+source "$(dirname "$0")/gpu_parts.sh"
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader | tee "$OUT/gpu.txt"
 for p in "$@"; do
   case $p in

@@ -14,22 +14,7 @@
 # the benchmark's warm-up steps absorb it and report it as warmup_s.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_train.sh OUTDIR}
-cd "$(dirname "$0")/.."
-mkdir -p "$OUT"
-OUT=$(cd "$OUT" && pwd)
-export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-export PYTHONUNBUFFERED=1
-fails=0
-part() {  # part NAME TIMEOUT_S CMD...
-  local name=$1 t=$2; shift 2
-  echo "== $name (timeout ${t}s): $*" | tee -a "$OUT/parts.log"
-  local t0=$SECONDS
-  timeout --signal=TERM --kill-after=15 "$t" "$@" >"$OUT/$name.log" 2>&1
-  local rc=$?
-  echo "== $name rc=$rc after $((SECONDS - t0)) s" | tee -a "$OUT/parts.log"
-  if [ $rc -ne 0 ]; then fails=$((fails + 1)); tail -20 "$OUT/$name.log"; fi
-  return 0
-}
+source "$(dirname "$0")/gpu_parts.sh"
 
 part env 60 bash -c 'nvidia-smi; python -c "import torch, triton, transformers; \
 print(torch.__version__, triton.__version__, transformers.__version__, torch.cuda.get_device_name())"; \
