@@ -350,17 +350,18 @@ def test_triton_backend_registers_the_kernel_ops():
     assert out.stdout.strip() == "True", out.stderr[-2000:]
 
 
-def test_triton_backend_matches_torch_backend_in_the_interpreter():
-    """The kernels' path (Triton quantize + dequantize ops, run by the interpreter on CPU) gives
-    the same forward output and gradients, bit for bit, as the torch_emu path on the same
-    weights, and its in-run checks pass against mxref."""
+@pytest.mark.parametrize("recipe", ["mxfp4-fdw", "nvfp4-te"])
+def test_triton_backend_matches_torch_backend_in_the_interpreter(recipe):
+    """The kernels' path (Triton quantize + dequantize ops, run by the interpreter on CPU; the
+    float-domain NVFP4 decode) gives the same forward output and gradients, bit for bit, as the
+    torch_emu path on the same weights, and its in-run checks pass against mxref."""
     from mxkernels.training.validate import capture_next, check_capture
     torch.manual_seed(3)
     ref = torch.nn.Linear(64, 32)
     x0 = torch.randn(48, 64)
     out = {}
     for backend in ("torch", "triton"):
-        m = MXLinear.from_linear(torch.nn.Linear(64, 32), "mxfp4-fdw", backend=backend)
+        m = MXLinear.from_linear(torch.nn.Linear(64, 32), recipe, backend=backend)
         with torch.no_grad():
             m.weight.copy_(ref.weight)
             m.bias.copy_(ref.bias)
@@ -374,3 +375,25 @@ def test_triton_backend_matches_torch_backend_in_the_interpreter():
         out[backend] = (y.detach(), x.grad, m.weight.grad)
     for a, b in zip(out["torch"], out["triton"]):
         assert torch.equal(a, b)
+
+
+def test_nvfp4_float_decode_matches_torch_emu_on_every_pair():
+    """The triton backend's float-domain NVFP4 decode against torch_emu's integer decode: all 16
+    codes x 256 scale bytes, plus a ragged row (40 elements: the last block has 8)."""
+    from mxkernels import torch_emu as te
+    from mxkernels.training.quant import nvfp4_values
+
+    s = torch.arange(256, dtype=torch.int32).to(torch.uint8).reshape(256, 1)
+    c = torch.arange(16, dtype=torch.uint8).repeat(256, 1)
+    one = torch.tensor(1.0)
+    ragged_s = torch.tensor([[0x38, 0x40, 0x01], [0xB8, 0x7E, 0x08], [0x00, 0x30, 0xF0]],
+                            dtype=torch.uint8)                # a different scale per block
+    ragged_c = (torch.arange(40) % 16).to(torch.uint8).repeat(3, 1)
+    for scales, codes in ((s, c), (ragged_s, ragged_c)):
+        got = nvfp4_values(scales, codes)
+        want = te.dequantize_nvfp4(scales, codes, one).view(torch.float32)
+        assert got.shape == want.shape
+        nan = torch.isnan(want)
+        assert torch.equal(torch.isnan(got), nan)
+        assert torch.equal(got[~nan].view(torch.int32), want[~nan].view(torch.int32))
+        assert int(nan.sum()) == (32 if codes.shape[0] == 256 else 0)   # scale rows 0x7F, 0xFF
