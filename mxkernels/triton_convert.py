@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from mxkernels._memo import memo_dict
 
 from mxkernels.triton_quant import (KernelUnsupported, _bitlen32, _element_value, _encode,
                                     _false_like, _finish, _max_along, _round_sig,
@@ -337,6 +338,7 @@ def _profile_knobs(profile, fmt) -> tuple:
     return pr, profile_constexprs(pr)
 
 
+@memo_dict
 def convert_constexprs(kernel: str, *, fmt="mxfp4", profile="ocp", fp8="e4m3",
                        dst_axis: int = 0, check: bool = True, tile: tuple | None = None) -> dict:
     """Every constexpr of ``KERNELS[kernel]`` (launch-size ones at their GPU defaults unless

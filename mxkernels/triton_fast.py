@@ -123,6 +123,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from mxkernels._memo import memo, memo_dict
 
 from mxkernels.triton_quant import KernelUnsupported, _max_along, _normalize, _widen_to_f32
 from mxref.errors import MXRefError
@@ -448,6 +449,7 @@ def check_supported(fmt, profile="ocp", src_dtype="bfloat16", axis=-1) -> None:
                                 "(blocks along rows) or 0 (blocks down columns)")
 
 
+@memo
 def supports(fmt, profile="ocp", src_dtype="bfloat16", axis=-1) -> bool:
     """Whether quantize_fast implements (fmt, profile, src_dtype, axis) bit-exactly."""
     try:
@@ -461,6 +463,7 @@ def supports(fmt, profile="ocp", src_dtype="bfloat16", axis=-1) -> bool:
 FAST_COMBOS = tuple((f, p) for p in PROFILES for f in FAST_FORMATS if supports(f, p))
 
 
+@memo_dict
 def fast_constexprs(fmt, profile="ocp", src_dtype="bfloat16", axis=-1, *, packed=False,
                     scale_layout="row_major", block_rows=32, block_cols=128, dual=False, tiny_branch=False) -> dict:
     """Every constexpr of ``mx_fast_kernel`` (or ``mx_dual_kernel`` with dual=True)."""

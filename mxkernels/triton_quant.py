@@ -29,6 +29,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from mxkernels._memo import memo_dict
 
 from mxref import formats as _F
 from mxref.formats import E4M3, FORMATS, get_format
@@ -749,6 +750,7 @@ _DEQUANT_KEYS = ("EL_IS_INT", "EL_MBITS", "EL_EMIN", "EL_BIAS", "EL_SIGNBIT", "E
                  "EL_INF")
 
 
+@memo_dict
 def mx_constexprs(kernel: str, fmt, profile="ocp", src_dtype="float32",
                   block_rows: int | None = None) -> dict:
     """Every constexpr of ``KERNELS[kernel]`` for one format/profile/source dtype."""

@@ -51,6 +51,7 @@ import numpy as np
 import torch
 import triton
 import triton.language as tl
+from mxkernels._memo import memo_dict
 
 from mxkernels.triton_sr import _philox4 as _philox_word0  # Philox4x32-10, word 0
 from mxkernels.triton_fast import _orient as _fast_orient   # the fast MX encoder (@jit)
@@ -483,6 +484,7 @@ def _check_round_to(round_to) -> bool:
     return round_to == "bfloat16"
 
 
+@memo_dict
 def rotate_constexprs(kernel: str, n: int, *, src_dtype="float32", round_to="float32",
                       has_signs=True, rows=None, fmt=None, profile="ocp",
                       packed=False, tpack=False, encoder="auto") -> dict:

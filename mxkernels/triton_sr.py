@@ -23,6 +23,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from mxkernels._memo import memo_dict
 
 from mxkernels.triton_quant import (KernelUnsupported, _as_bits, _auto_block_rows,
                                     _block_size, _finish, _max_along, _normalize, _norm_axis,
@@ -238,6 +239,7 @@ def _sr_base_profile(profile):
     return pr
 
 
+@memo_dict
 def sr_constexprs(fmt, profile="ocp", src_dtype="float32", rb_mode: int = 0,
                   block_rows: int | None = None) -> dict:
     """Every constexpr of :func:`mx_quantize_sr_kernel` for one format / profile (its SR

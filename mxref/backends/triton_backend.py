@@ -94,6 +94,9 @@ def _present(names=KERNEL_MODULES):
     return tuple(n for n in names if importlib.util.find_spec(n) is not None)
 
 
+_LOADED: dict = {}     # (interpret, TRITON_INTERPRET set) -> KernelSet, once loaded
+
+
 def load_kernels(interpret: bool) -> KernelSet:
     """Every kernel module with kernels decorated for ``interpret``, as a :class:`KernelSet`.
 
@@ -103,6 +106,10 @@ def load_kernels(interpret: bool) -> KernelSet:
     under the right setting (and kept), so the canonical modules are never turned into
     interpreted kernels behind the back of other code in the process.
     """
+    key = (interpret, interpret_requested())
+    hit = _LOADED.get(key)
+    if hit is not None:         # every op launch asks: the module scan below took ~125 us
+        return hit
     with _LOCK:
         try:
             import triton  # noqa: F401
@@ -115,10 +122,12 @@ def load_kernels(interpret: bool) -> KernelSet:
                 mods = {n: m if m is not None else importlib.import_module(n)
                         for n, m in mods.items()}
             if all(m is not None and _is_interpreted(m) == interpret for m in mods.values()):
-                return KernelSet({n.rsplit(".", 1)[1]: m for n, m in mods.items()})
+                _LOADED[key] = KernelSet({n.rsplit(".", 1)[1]: m for n, m in mods.items()})
+                return _LOADED[key]
             if interpret not in _PRIVATE:
                 _PRIVATE[interpret] = _private_copy(interpret, names)
-            return _PRIVATE[interpret]
+            _LOADED[key] = _PRIVATE[interpret]
+            return _LOADED[key]
         except BackendUnavailable:
             raise
         except Exception as e:  # noqa: BLE001 - any import failure means "cannot run here"
