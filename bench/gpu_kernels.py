@@ -220,6 +220,25 @@ class Run:
                                             impl="triton generic",
                                             params={"axis": -1, "packed": False}))
 
+        # NVFP4: global amax, tensor scale, E4M3 block scales (three launches, one tensor)
+        for profile in ("ocp", "te_nvfp4"):
+            def run_nv(profile=profile):
+                return ks.nvfp4_quantize(x.unsqueeze(0), profile)
+
+            def check_nv(profile=profile, run_nv=run_nv):
+                s, c, ts = run_nv()
+                r = mxref.quantize(xc, "nvfp4", profile)
+                ds = int((s[0].cpu().numpy() != r.scales).sum())
+                dc = int((c[0].cpu().numpy() != r.codes).sum())
+                dt = int(np.float32(ts.cpu().numpy()[0]).view(np.uint32) !=
+                         np.float32(r.tensor_scale).view(np.uint32))
+                return ds == 0 and dc == 0 and dt == 0, \
+                    f"{ds} scale, {dc} code and {dt} tensor-scale mismatches"
+            self.membound(f"NVFP4 quantize bf16->nvfp4 {profile} (unpacked)", run_nv,
+                          2 * N + N + N / 16, check_nv,
+                          meta=dict(op="quantize_nvfp4", format="nvfp4", profile=profile,
+                                    impl="triton generic", params={"axis": -1}))
+
         # dequantize (generic kernel: unpacked codes in, fp32 out)
         rs, rc, mx = reference("mxfp4", "ocp", -1)
         s_d, c_d = torch.from_numpy(rs).cuda(), torch.from_numpy(rc).cuda()

@@ -152,15 +152,15 @@ def run_cpu(out: Path, *, size: int, rounds: int, command: list[str]) -> list[Pa
 
 # ---------------------------------------------------------------------------------------------
 GPU_OPS = ["quantize_mx", "quantize_mx_sr", "quantize_rotated", "dequantize", "mxfp4_to_fp8",
-           "gemm"]
+           "gemm", "quantize_nvfp4"]
 
 
 def run_gpu(out: Path, *, size: int, repeats: int, levels, command: list[str]) -> list[Path]:
     _need_checkout("bench/gpu_kernels.py")
     out.mkdir(parents=True, exist_ok=True)
     log = out / "run.log"
-    report, rel, sha = _verify(out, "triton", GPU_OPS, ["mxfp4", "mxfp8_e4m3"],
-                               ["ocp", "rceil"], levels, log)
+    report, rel, sha = _verify(out, "triton", GPU_OPS, ["mxfp4", "mxfp8_e4m3", "nvfp4"],
+                               ["ocp", "rceil", "te_nvfp4"], levels, log)
     bj = out / "gpu-bench.json"
     rc = _run([sys.executable, "bench/gpu_kernels.py", "--out", bj, "--size", str(size),
                "--repeats", str(repeats)], log)
