@@ -309,6 +309,35 @@ class Run:
                           meta=dict(op="mxfp4_to_fp8", format="mxfp4", profile="ocp",
                                     impl="triton convert", params={"group": 32}))
 
+            # FP8 -> MXFP4 directly, from the reference's own FP8 re-encoding (group 128)
+            r8 = mxref.mxfp4_to_fp8(mx, group=128)
+            g8, f8 = torch.from_numpy(r8.scales).cuda(), torch.from_numpy(r8.codes).cuda()
+
+            def check_f2m():
+                s, c = cv.fp8_to_mxfp4(g8, f8, group=128)
+                r = mxref.fp8_to_mxfp4(r8, profile="ocp")
+                d = int((s.cpu().numpy() != r.scales).sum()) + \
+                    int((c.cpu().numpy() != r.codes).sum())
+                return d == 0, f"{d} mismatches"
+            self.membound("e4m3 -> mxfp4 (group 128, unpacked codes)",
+                          lambda: cv.fp8_to_mxfp4(g8, f8, group=128), N + N / 128 + N + N / 32,
+                          check_f2m, group="convert",
+                          meta=dict(op="fp8_to_mxfp4", format="mxfp4", profile="ocp",
+                                    impl="triton convert", params={"group": 128}))
+
+            # re-blocking rows -> columns (decode exactly, quantize along the other axis)
+            def check_rb():
+                s, c = cv.reblock(s4, c4, fmt="mxfp4", axis=0)
+                r = mxref.reblock(mx, axis=0)
+                d = int((s.cpu().numpy() != r.scales).sum()) + \
+                    int((c.cpu().numpy() != r.codes).sum())
+                return d == 0, f"{d} mismatches"
+            self.membound("reblock mxfp4 rows -> columns (unpacked codes)",
+                          lambda: cv.reblock(s4, c4, fmt="mxfp4", axis=0),
+                          N + N / 32 + N + N / 32, check_rb, group="convert",
+                          meta=dict(op="reblock", format="mxfp4", profile="ocp",
+                                    impl="triton reblock", params={"axis": 0}))
+
     # ---- GEMMs ------------------------------------------------------------------------
     def gemms(self):
         gm = self.ks.modules.get("triton_gemm")

@@ -152,7 +152,7 @@ def run_cpu(out: Path, *, size: int, rounds: int, command: list[str]) -> list[Pa
 
 # ---------------------------------------------------------------------------------------------
 GPU_OPS = ["quantize_mx", "quantize_mx_sr", "quantize_rotated", "dequantize", "mxfp4_to_fp8",
-           "gemm", "quantize_nvfp4"]
+           "gemm", "quantize_nvfp4", "fp8_to_mxfp4", "reblock"]
 
 
 def run_gpu(out: Path, *, size: int, repeats: int, levels, command: list[str]) -> list[Path]:
