@@ -159,7 +159,8 @@ def submit_cmd(paths, store, allow_dirty, dry_run, as_json):
 
 @leaderboard_group.command("build")
 @click.argument("store", type=click.Path(file_okay=False, exists=True), default=DEFAULT_STORE)
-@click.option("--out", "-o", type=click.Path(file_okay=False), default="bench/site", show_default=True)
+@click.option("--out", "-o", type=click.Path(file_okay=False), default="bench/site",
+              show_default=True)
 @click.option("--json", "as_json", is_flag=True)
 def build_cmd(store, out, as_json):
     """LEADERBOARD.md, index.html (sortable tables, plots) and CSV from the stored records.

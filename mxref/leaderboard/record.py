@@ -8,7 +8,6 @@ import platform
 import re
 import statistics
 import subprocess
-import sys
 import time
 from importlib import metadata
 from pathlib import Path
@@ -102,10 +101,11 @@ def git_state(root: Path = REPO) -> dict:
     env = os.environ.get("MXREF_COMMIT")
     try:
         commit = env or subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"],
-                                       capture_output=True, text=True, timeout=20).stdout.strip()
+                                       capture_output=True, text=True, timeout=20,
+                                       check=False).stdout.strip()
         dirty = bool(subprocess.run(["git", "-C", str(root), "status", "--porcelain",
                                      "--untracked-files=no"], capture_output=True, text=True,
-                                    timeout=20).stdout.strip()) if not env else \
+                                    timeout=20, check=False).stdout.strip()) if not env else \
             os.environ.get("MXREF_DIRTY", "0") == "1"
     except (OSError, subprocess.SubprocessError):
         commit, dirty = env or "", True
@@ -129,11 +129,20 @@ def make_record(*, suite, entry, group, impl, op, fmt, profile, params, metric, 
                 verify, roofline=None, peers=(), quality=None, check=None, accelerator=None,
                 env=None) -> dict:
     """Assemble and seal one record. `metric` holds name, unit, lower_is_better, repeats and
-    optionally rate / rate_unit / samples_per_repeat; its median and spread are computed here.
+    optionally samples_per_repeat and either rate / rate_unit or ``work`` (units per call: the
+    rate is work / median). Its median and spread are computed here, and so is the roofline's
+    ratio from its ``basis`` ('rate': metric.rate / roofline.rate; 'time': median / median).
     `env` (machine/packages/git/golden/created) is taken once per run and shared by its records."""
     env = env or run_env(accelerator)
     m = dict(metric)
     m.update(stats(m["repeats"]))
+    work = m.pop("work", None)
+    if work is not None:
+        m["rate"] = work / m["median"]
+    if roofline is not None and "basis" in roofline:     # without a basis: the caller's ratio
+        roofline = dict(roofline)
+        roofline["ratio"] = (m["rate"] / roofline["rate"] if roofline["basis"] == "rate"
+                             else m["median"] / roofline["median"])
     rec = {"schema": SCHEMA, "suite": suite, "entry": entry, "group": group, "impl": impl,
            "op": op, "format": fmt, "profile": profile, "params": dict(params), "metric": m,
            "roofline": roofline, "peers": list(peers), "quality": quality, "check": check,
@@ -144,14 +153,3 @@ def make_record(*, suite, entry, group, impl, op, fmt, profile, params, metric, 
 def run_env(accelerator=None, golden_root=None) -> dict:
     return {"machine": machine(accelerator), "packages": packages(), "git": git_state(),
             "golden": golden_state(golden_root), "created": now()}
-
-
-def command_line() -> list[str]:
-    """How this process was started, as a re-runnable argv: ``python3 -m mxref.cli ...`` from the
-    repository root (works where the ``mxref`` entry point is not installed, e.g. a device)."""
-    argv = list(sys.argv)
-    head = Path(argv[0]) if argv else Path("mxref")
-    if head.name == "mxref" or head.as_posix().endswith("mxref/cli.py") or \
-            head.as_posix().endswith("mxref/__main__.py"):
-        return ["python3", "-m", "mxref.cli"] + argv[1:]
-    return [Path(sys.executable).name] + argv

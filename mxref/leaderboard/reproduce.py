@@ -41,7 +41,7 @@ def reproduce(record: dict, *, slack: float = 1.0, timeout: float = 3600, cwd=No
         e = dict(os.environ, **(env or {}))
         try:
             proc = subprocess.run(cmd, cwd=cwd or REPO, env=e, capture_output=True, text=True,
-                                  timeout=timeout)
+                                  timeout=timeout, check=False)
         except FileNotFoundError as ex:
             raise ReproduceError(f"cannot run {cmd[0]!r}: {ex}") from None
         except subprocess.TimeoutExpired:

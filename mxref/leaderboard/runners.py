@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 from ..errors import MXRefError
-from .record import REPO, file_sha256, make_record, run_env, seal, slug
+from .record import REPO, file_sha256, make_record, run_env, slug
 from .submit import store_path
 
 
@@ -52,7 +52,7 @@ def _run(cmd, log, env=None, timeout=None):
     print("+ " + " ".join(map(str, cmd)), file=sys.stderr, flush=True)
     with open(log, "a") as f:
         proc = subprocess.run([str(c) for c in cmd], cwd=REPO, env=e, stdout=f,
-                              stderr=subprocess.STDOUT, timeout=timeout)
+                              stderr=subprocess.STDOUT, timeout=timeout, check=False)
     return proc.returncode
 
 
@@ -137,16 +137,15 @@ def run_cpu(out: Path, *, size: int, rounds: int, command: list[str]) -> list[Pa
             params={"shape": [size, size], "src_dtype": "float32", "axis": -1,
                     "threads": os.environ.get("NUMBA_NUM_THREADS")},
             metric={"name": "time per call", "unit": "s", "lower_is_better": True,
-                    "repeats": data, "samples_per_repeat": 1},
-            roofline=None, peers=peers, command=command,
-            verify=_verify_ref(report, rel, sha, "numba"), env=env)
-        m = rec["metric"]
-        m["rate"], m["rate_unit"] = rate(m["median"]), "M elem/s"
-        rec["roofline"] = {"name": "numba copy: read fp32 + write u8", "median": roof_med,
-                           "unit": "s", "rate": rate(roof_med), "rate_unit": "M elem/s",
-                           "ratio": m["rate"] / rate(roof_med), "ratio_label": "of copy",
-                           "basis": "rate", "repeats": roof["stats"]["data"]}
-        written.append(_write(out, seal(rec)))
+                    "repeats": data, "samples_per_repeat": 1, "work": n_el / 1e6,
+                    "rate_unit": "M elem/s"},
+            roofline={"name": "numba copy: read fp32 + write u8", "median": roof_med,
+                      "unit": "s", "rate": rate(roof_med), "rate_unit": "M elem/s",
+                      "ratio_label": "of copy", "basis": "rate",
+                      "repeats": roof["stats"]["data"]},
+            peers=peers, command=command, verify=_verify_ref(report, rel, sha, "numba"),
+            env=env)
+        written.append(_write(out, rec))
     return written
 
 
@@ -201,20 +200,17 @@ def ingest_gpu(out: Path, doc: dict, report: dict, rel: str, sha: str, command) 
             suite="gpu-kernels", entry=r["kernel"], group=r.get("group", "quantize"),
             impl=meta["impl"], op=meta["op"], fmt=meta["format"], profile=meta["profile"],
             params={"size": doc["size"], **meta.get("params", {})},
+            # the rate follows the median of the repeats (do_bench medians)
             metric={"name": "kernel time", "unit": "ms", "lower_is_better": True,
-                    "repeats": r.get("repeats_ms") or [r["ms"]],
-                    "rate": rate, "rate_unit": unit},
-            roofline=None, peers=pe, check=r.get("check"), command=command,
+                    "repeats": r.get("repeats_ms") or [r["ms"]], "work": rate * r["ms"],
+                    "rate_unit": unit},
+            roofline={"name": roof["kernel"].removeprefix("roofline: "),
+                      "median": roof["ms"], "unit": "ms", "rate": rrate, "rate_unit": unit,
+                      "ratio_label": "of copy" if not gemm else "x cuBLAS BF16",
+                      "basis": "rate", "repeats": roof.get("repeats_ms") or [roof["ms"]]},
+            peers=pe, check=r.get("check"), command=command,
             verify=_verify_ref(report, rel, sha, "triton"), env=env)
-        m = rec["metric"]
-        # the rate follows the median of the repeats (do_bench medians)
-        m["rate"] = rate * r["ms"] / m["median"]
-        rec["roofline"] = {"name": roof["kernel"].removeprefix("roofline: "),
-                           "median": roof["ms"], "unit": "ms", "rate": rrate,
-                           "rate_unit": unit, "ratio": m["rate"] / rrate,
-                           "ratio_label": "of copy" if not gemm else "x cuBLAS BF16",
-                           "basis": "rate", "repeats": roof.get("repeats_ms") or [roof["ms"]]}
-        written.append(_write(out, seal(rec)))
+        written.append(_write(out, rec))
     return written
 
 
@@ -262,8 +258,10 @@ def ingest_train(out: Path, runs: dict, command) -> list[Path]:
                "clocks": None, "sms": p.multi_processor_count,
                "memory_gib": round(p.total_memory / 2**30, 1)}
     env = run_env(acc)
-    curve = lambda steps: [[s["tokens"], s["loss"]] for s in steps  # noqa: E731
-                           if isinstance(s.get("loss"), float)]
+
+    def curve(steps):
+        return [[s["tokens"], s["loss"]] for s in steps if isinstance(s.get("loss"), float)]
+
     written = []
     for name, rd in runs.items():
         if name == "bf16":
@@ -283,6 +281,7 @@ def ingest_train(out: Path, runs: dict, command) -> list[Path]:
         lines = [json.loads(x) for x in checks.read_text().splitlines() if x.strip()]
         status = "pass" if all(x.get("ok") for x in lines) else "fail"
         tokens_per_step = steps[0]["tokens"]
+        bmed = statistics.median(btimes)
         rec = make_record(
             suite="training", entry=f"{summ['model']} {name}", group="train",
             impl=f"MXLinear ({summ.get('device')})", op="train-step", fmt=name,
@@ -292,8 +291,12 @@ def ingest_train(out: Path, runs: dict, command) -> list[Path]:
                     "timed_steps": len(times), "validated_steps": sorted(checked),
                     "params": summ.get("params")},
             metric={"name": "step time", "unit": "s", "lower_is_better": True,
-                    "repeats": times, "samples_per_repeat": 1},
-            roofline=None, peers=[], command=command,
+                    "repeats": times, "samples_per_repeat": 1, "work": tokens_per_step,
+                    "rate_unit": "tokens/s"},
+            roofline={"name": "bf16 step time (same run)", "median": bmed, "unit": "s",
+                      "rate": tokens_per_step / bmed, "rate_unit": "tokens/s",
+                      "ratio_label": "x bf16 step time", "basis": "time", "repeats": btimes},
+            peers=[], command=command,
             quality={"final_loss": summ.get("final_train_loss_tail_mean"),
                      "bf16_final_loss": bsum.get("final_train_loss_tail_mean"),
                      "dl_vs_bf16": cmp.get("dL_train_tail"),
@@ -306,12 +309,5 @@ def ingest_train(out: Path, runs: dict, command) -> list[Path]:
             verify={"kind": "in-run-validation", "report": rel, "sha256": sha,
                     "status": status, "backend": f"mxkernels {summ.get('device')}",
                     "cases": len(lines)}, env=env)
-        m = rec["metric"]
-        m["rate"], m["rate_unit"] = tokens_per_step / m["median"], "tokens/s"
-        bmed = statistics.median(btimes)
-        rec["roofline"] = {"name": "bf16 step time (same run)", "median": bmed, "unit": "s",
-                           "rate": tokens_per_step / bmed, "rate_unit": "tokens/s",
-                           "ratio": m["median"] / bmed, "ratio_label": "x bf16 step time",
-                           "basis": "time", "repeats": btimes}
-        written.append(_write(out, seal(rec)))
+        written.append(_write(out, rec))
     return written

@@ -111,8 +111,8 @@ def evidence_problems(rec: dict, path: Path, roots=()) -> tuple[list[str], Path 
         return [f"verify evidence {v['report']} not found beside the record"], None
     got = file_sha256(p)
     if got != v["sha256"]:
-        return [f"verify evidence {v['report']} hashes to {got[:12]}..., the record says "
-                f"{v['sha256'][:12]}..."], p
+        return [(f"verify evidence {v['report']} hashes to {got[:12]}..., the record says "
+                 f"{v['sha256'][:12]}...")], p
     if v["status"] != "pass":
         return [f"verify.status is {v['status']!r}, not 'pass'"], p
     out = []
