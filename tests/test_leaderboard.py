@@ -300,3 +300,33 @@ def test_record_files_and_hash_are_stable(tmp_path, report_doc):
     assert record_files([tmp_path]) == [p]
     again = json.loads(json.dumps(rec, indent=3))
     assert record_hash(again) == rec["record_sha256"]
+
+
+def test_edited_spread_and_time_ratio_are_rejected(tmp_path, report_doc):
+    p, rec = _record(tmp_path, report_doc)
+    rec["metric"]["spread"] = 0.01                     # a tighter-looking spread, re-sealed
+    _rewrite(p, rec, reseal=True)
+    assert any("metric.spread" in x for x in check_record(p).problems)
+    p, rec = _record(tmp_path, report_doc, entry="time basis")
+    rec["roofline"] = {"name": "bf16 step", "median": 5e-3, "unit": "s", "ratio": 2.1,
+                       "ratio_label": "x bf16 step time", "basis": "time"}   # truly 2.1
+    _rewrite(p, rec, reseal=True)
+    assert check_record(p).ok
+    rec["roofline"]["ratio"] = 1.05
+    _rewrite(p, rec, reseal=True)
+    assert any("metric.median / roofline.median" in x for x in check_record(p).problems)
+
+
+def test_make_record_derives_rate_and_ratio():
+    rec = make_record(suite="training", entry="e", group="train", impl="x", op="train-step",
+                      fmt="r", profile="recipe", params={},
+                      metric={"name": "step", "unit": "s", "lower_is_better": True,
+                              "repeats": [0.2, 0.4, 0.3], "work": 6000, "rate_unit": "tok/s"},
+                      roofline={"name": "bf16", "median": 0.1, "unit": "s", "basis": "time",
+                                "ratio_label": "x bf16"},
+                      command=["x"], verify={"kind": "in-run-validation", "report": "v",
+                                             "sha256": "0" * 64, "status": "pass",
+                                             "backend": "b"})
+    assert rec["metric"]["median"] == 0.3 and rec["metric"]["rate"] == pytest.approx(20000)
+    assert "work" not in rec["metric"] and rec["roofline"]["ratio"] == pytest.approx(3.0)
+    assert rec["metric"]["spread"] == pytest.approx(0.2 / 0.3)
