@@ -130,7 +130,7 @@ from mxref.errors import MXRefError
 from mxref.formats import get_format
 from mxref.profiles import PROFILES, SCALE_RULES, get_profile
 
-__all__ = ["quantize_fast", "quantize_dual", "supports", "check_supported", "FAST_COMBOS",
+__all__ = ["quantize_fast", "quantize_dual", "quantize_dequantize", "supports", "check_supported", "FAST_COMBOS",
            "FAST_FORMATS", "fast_constexprs", "KERNELS", "ARG_TYPES", "aot_specs",
            "KernelUnsupported"]
 
@@ -395,7 +395,122 @@ def mx_dual_kernel(
     _store_codes(col_code_ptr, code, rows, cols, n_rows, n_cols, 0, BR, BC, PACKED, r0, c0)
 
 
-KERNELS = {"mx_fast": mx_fast_kernel, "mx_dual": mx_dual_kernel}
+@triton.jit
+def _qdq_orient(a, b, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+                EL_MBITS: tl.constexpr, EL_EMIN: tl.constexpr, EL_EMAX: tl.constexpr,
+                EL_MAXCODE: tl.constexpr, EL_SIGNBIT: tl.constexpr, FILL: tl.constexpr,
+                EL_MAXSIG: tl.constexpr, EL_EVENTHR: tl.constexpr, EL_MAXF32: tl.constexpr,
+                SCALE_RULE: tl.constexpr, SATURATE: tl.constexpr, OUT_BF16: tl.constexpr,
+                WRITE_Q: tl.constexpr):
+    """Dequantized values [BR, BC] (blocks of 32 along AXIS as in _orient) straight from the
+    rounding add of _encode_mag, without forming codes: with m the binade's power of two and
+    f = fl32(y + m) (step 3 of the module docstring), f - m is the rounded scaled magnitude
+    n * q EXACTLY (f and m lie in [m, 2m] on the grid of q, so the difference is representable),
+    min(., max normal) is the saturation of step 5 (monotone in the code), and times
+    2^(byte - 127) it is the MX value (at most 4 significant bits times a power of two: exact
+    in fp32, 2^-127 for byte 0 as a subnormal). The sign is OR-ed in as a bit (+-0 kept; a
+    float negation compiles to 0 - x on the GPU, which loses -0); a poisoned block is the quiet
+    NaN 0x7FC00000 (bf16 0x7FC0).
+    bf16 output: RNE of the fp32 value (exact above 2^-133). WRITE_Q: also (byte, codes) from
+    the same f, as _orient computes them."""
+    if AXIS == 1:
+        a3 = tl.reshape(a, (BR, BC // 32, 32))
+        b3 = tl.reshape(b, (BR, BC // 32, 32))
+        amax = _max_along(a3, 2)
+    else:
+        a3 = tl.reshape(a, (BR // 32, 32, BC))
+        b3 = tl.reshape(b, (BR // 32, 32, BC))
+        amax = _max_along(a3, 1)
+    poison = amax >= 0x7F800000
+    byte = _block_byte(amax, EL_EMAX, EL_MAXSIG, EL_EVENTHR, SCALE_RULE)
+    inv = ((254 - byte) << 23).to(tl.float32, bitcast=True)          # 2^-s (P2)
+    sc = tl.where(byte == 0, 0x400000, byte << 23).to(tl.float32, bitcast=True)   # 2^s
+    if AXIS == 1:
+        inv3 = inv[:, :, None]
+        sc3 = sc[:, :, None]
+        p3 = poison[:, :, None]
+    else:
+        inv3 = inv[:, None, :]
+        sc3 = sc[:, None, :]
+        p3 = poison[:, None, :]
+    y = (a3.to(tl.float32, bitcast=True) * inv3).to(tl.int32, bitcast=True)
+    MINB: tl.constexpr = (EL_EMIN + 127) << 23
+    MOFF: tl.constexpr = (23 - EL_MBITS) << 23
+    t = tl.maximum(y & 0x7F800000, MINB)
+    m = t + MOFF
+    mf = m.to(tl.float32, bitcast=True)
+    f = y.to(tl.float32, bitcast=True) + mf
+    mag = f - mf
+    if SATURATE:        # on the bits: nonnegative floats order as their bit patterns
+        mag = tl.minimum(mag.to(tl.int32, bitcast=True), EL_MAXF32).to(tl.float32, bitcast=True)
+    v = mag * sc3
+    # a poisoned block is the quiet NaN 0x7FC00000 by construction: the GPU's NaN out of
+    # arithmetic is 0x7FFFFFFF, whose +0x7FFF rounding below would carry into the sign
+    vb = tl.where(p3, 0x7FC00000, v.to(tl.int32, bitcast=True) | (b3 & -2147483648))
+    vb = tl.reshape(vb, (BR, BC))
+    if OUT_BF16:
+        # RNE to bf16 with integer ops (the interpreter's float cast truncates and mishandles
+        # fp32 subnormals); every vb here is finite or 0x7FC00000
+        hb = ((vb + 0x7FFF + ((vb >> 16) & 1)) >> 16) & 0xFFFF
+        v = hb.to(tl.int16).to(tl.bfloat16, bitcast=True)
+    else:
+        v = vb.to(tl.float32, bitcast=True)
+    if WRITE_Q:
+        K0: tl.constexpr = (EL_EMIN + 150 - EL_MBITS) << EL_MBITS
+        KC: tl.constexpr = (MOFF >> (23 - EL_MBITS)) - MOFF - K0
+        code = (f.to(tl.int32, bitcast=True) - t) + ((t >> (23 - EL_MBITS)) + KC)
+        if SATURATE:
+            code = tl.minimum(code, EL_MAXCODE)
+        code = code | ((b3 >> (31 - EL_SIGNBIT)) & (1 << EL_SIGNBIT))
+        code = tl.reshape(tl.where(p3, FILL, code), (BR, BC))
+        byte = tl.where(poison, 255, byte)
+    else:
+        code = v
+    return v, byte, code
+
+
+@triton.jit
+def mx_qdq_kernel(
+        x_ptr, row_out_ptr, col_out_ptr, row_scale_ptr, row_code_ptr, col_scale_ptr,
+        col_code_ptr, n_rows, n_cols,
+        SRC: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr, WRITE_Q: tl.constexpr,
+        OUT_BF16: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+        EL_MBITS: tl.constexpr, EL_EMIN: tl.constexpr, EL_EMAX: tl.constexpr,
+        EL_MAXCODE: tl.constexpr, EL_SIGNBIT: tl.constexpr, FILL: tl.constexpr,
+        EL_MAXSIG: tl.constexpr, EL_EVENTHR: tl.constexpr, EL_MAXF32: tl.constexpr,
+        SCALE_RULE: tl.constexpr, SATURATE: tl.constexpr):
+    """Quantize-dequantize ("fake quantization") of each [BR, BC] tile from one read: the
+    dequantized values of the blocks along the rows (ROWS) and / or down the columns (COLS),
+    written as [n_rows, n_cols] bf16 or fp32 (what a GEMM on dequantized tiles multiplies),
+    plus, with WRITE_Q, the unpacked codes and row-major scales that quantize_dual writes."""
+    r0, c0 = _tile_ids(n_rows, n_cols, BR, BC)
+    rows = r0 + tl.arange(0, BR)
+    cols = c0 + tl.arange(0, BC)
+    b, a = _load_tile(x_ptr, r0, c0, n_rows, n_cols, BR, BC, SRC)
+    m = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+    offs = (rows - r0)[:, None] * n_cols + (cols - c0)[None, :]
+    base = r0.to(tl.int64) * n_cols + c0
+    if ROWS:
+        v, byte, code = _qdq_orient(a, b, 1, BR, BC, EL_MBITS, EL_EMIN, EL_EMAX, EL_MAXCODE,
+                                    EL_SIGNBIT, FILL, EL_MAXSIG, EL_EVENTHR, EL_MAXF32,
+                                    SCALE_RULE, SATURATE, OUT_BF16, WRITE_Q)
+        tl.store(row_out_ptr + base + offs, v, mask=m)
+        if WRITE_Q:
+            _store_scales(row_scale_ptr, byte, r0, c0, n_rows, n_cols, 0, 1, BR, BC, 0)
+            _store_codes(row_code_ptr, code, rows, cols, n_rows, n_cols, 1, BR, BC, False, r0,
+                         c0)
+    if COLS:
+        v, byte, code = _qdq_orient(a, b, 0, BR, BC, EL_MBITS, EL_EMIN, EL_EMAX, EL_MAXCODE,
+                                    EL_SIGNBIT, FILL, EL_MAXSIG, EL_EVENTHR, EL_MAXF32,
+                                    SCALE_RULE, SATURATE, OUT_BF16, WRITE_Q)
+        tl.store(col_out_ptr + base + offs, v, mask=m)
+        if WRITE_Q:
+            _store_scales(col_scale_ptr, byte, r0, c0, n_rows, n_cols, 0, 0, BR, BC, 0)
+            _store_codes(col_code_ptr, code, rows, cols, n_rows, n_cols, 0, BR, BC, False, r0,
+                         c0)
+
+
+KERNELS = {"mx_fast": mx_fast_kernel, "mx_dual": mx_dual_kernel, "mx_qdq": mx_qdq_kernel}
 
 # runtime arguments as Triton signature types ("SRC": *i32 for float32, *i16 for bf16/fp16)
 ARG_TYPES = {
@@ -404,6 +519,9 @@ ARG_TYPES = {
     "mx_dual": {"x_ptr": "SRC", "row_scale_ptr": "*u8", "row_code_ptr": "*u8",
                 "col_scale_ptr": "*u8", "col_code_ptr": "*u8", "n_rows": "i32",
                 "n_cols": "i32", "row_pad_blk": "i32", "col_pad_blk": "i32"},
+    "mx_qdq": {"x_ptr": "SRC", "row_out_ptr": "OUT", "col_out_ptr": "OUT",
+               "row_scale_ptr": "*u8", "row_code_ptr": "*u8", "col_scale_ptr": "*u8",
+               "col_code_ptr": "*u8", "n_rows": "i32", "n_cols": "i32"},
 }
 
 
@@ -658,13 +776,92 @@ def quantize_dual(x: torch.Tensor, fmt: str, profile="ocp", *, packed: bool = Fa
     return rs, rc, cs, cc
 
 
+@memo_dict
+def qdq_constexprs(fmt, profile="ocp", src_dtype="bfloat16", *, rows=True, cols=False,
+                   with_codes=False, out_dtype="bfloat16", block_rows=32,
+                   block_cols=128) -> dict:
+    """Every constexpr of ``mx_qdq_kernel``."""
+    if not (rows or cols):
+        raise KernelUnsupported("quantize_dequantize: ask for rows, cols or both")
+    if out_dtype not in ("bfloat16", "float32"):
+        raise KernelUnsupported(f"out_dtype {out_dtype!r}: quantize_dequantize writes "
+                                "bfloat16 or float32")
+    ce = fast_constexprs(fmt, profile, src_dtype, -1, block_rows=block_rows,
+                         block_cols=block_cols, dual=True)
+    for k in ("PACKED", "LAYOUT", "TINY_BRANCH"):
+        ce.pop(k)
+    from mxkernels.triton_quant import element_constexprs
+    ce.update(ROWS=bool(rows), COLS=bool(cols), WRITE_Q=bool(with_codes),
+              OUT_BF16=out_dtype == "bfloat16",
+              EL_MAXF32=element_constexprs(fmt)["EL_MAXF32"])
+    return ce
+
+
+_OUT = {torch.bfloat16: "bfloat16", torch.float32: "float32"}
+
+
+def quantize_dequantize(x: torch.Tensor, fmt: str, profile="ocp", *, rows: bool = True,
+                        cols: bool = False, out_dtype: torch.dtype = torch.bfloat16,
+                        with_codes: bool = False, block_rows: int | None = None,
+                        block_cols: int | None = None, num_warps: int | None = None):
+    """Fake quantization from one read of x: ``(row_values, col_values, q)``.
+
+    ``row_values`` (``rows=True``, else None) is ``dequantize(quantize_fast(x, fmt, profile,
+    -1))`` and ``col_values`` (``cols=True``) the same with blocks down the columns (axis 0),
+    both ``[R, C]`` in ``out_dtype`` (bfloat16 or float32). Every MX value is exact in fp32; in
+    bfloat16 too unless it lies below 2^-133 (a block amax below ~2^-120), which is rounded to
+    nearest even. NaN / Inf blocks give NaN. ``q`` is None, or with ``with_codes=True`` the
+    ``(row_scales, row_codes, col_scales, col_codes)`` of quantize_dual (row-major, unpacked;
+    None for an orientation not asked for), for checking against mxref. This is what a GEMM on
+    dequantized tiles multiplies (the training fast path: one launch per tensor instead of a
+    quantize, a dequantize and two casts per orientation)."""
+    if isinstance(x, torch.Tensor) and x.dtype in _SRC and x.ndim == 2 and x.is_contiguous() \
+            and x.shape[0] < 2**31 - 2**16 and x.shape[1] < 2**31 - 2**16:
+        bits = x.view(torch.int32 if x.dtype == torch.float32 else torch.int16)   # hot path
+    else:
+        x, bits = _prep(x)
+    if out_dtype not in _OUT:
+        raise KernelUnsupported(f"out_dtype {out_dtype}: quantize_dequantize writes bfloat16 "
+                                "or float32")
+    src = {0: "float32", 1: "bfloat16", 2: "float16"}[_SRC[x.dtype]]
+    R, C = x.shape
+    br, bc = _tiles(R, C, None, block_rows, block_cols, True)
+    ce = qdq_constexprs(fmt, profile, src, rows=rows, cols=cols, with_codes=with_codes,
+                        out_dtype=_OUT[out_dtype], block_rows=br, block_cols=bc)
+    _check_local_offsets(br, C)
+    dev = x.device
+    rv = torch.empty((R, C), dtype=out_dtype, device=dev) if rows else None
+    cv = torch.empty((R, C), dtype=out_dtype, device=dev) if cols else None
+    q = None
+    dummy = rv if rv is not None else cv
+    ptrs = [dummy] * 4
+    if with_codes:
+        q = (torch.empty((R, -(-C // 32)), dtype=torch.uint8, device=dev) if rows else None,
+             torch.empty((R, C), dtype=torch.uint8, device=dev) if rows else None,
+             torch.empty((-(-R // 32), C), dtype=torch.uint8, device=dev) if cols else None,
+             torch.empty((R, C), dtype=torch.uint8, device=dev) if cols else None)
+        ptrs = [t if t is not None else dummy for t in q]
+    if R and C:
+        grid = (triton.cdiv(R, br) * triton.cdiv(C, bc),)
+        kw = {}
+        if num_warps is not None:
+            kw["num_warps"] = num_warps
+        elif not INTERPRETED:
+            kw["num_warps"] = 4
+        mx_qdq_kernel[grid](bits, rv if rv is not None else dummy,
+                            cv if cv is not None else dummy, *ptrs, R, C, **ce, **kw)
+    return rv, cv, q
+
+
+
 # =========================================================================================
 # ahead-of-time compilation specs
 # =========================================================================================
 def kernel_signature(kernel: str, src_dtype: str, constexprs: dict) -> dict:
     """Every argument of KERNELS[kernel] in order: runtime ones typed, the rest constexpr."""
     src = "*i32" if src_dtype == "float32" else "*i16"
-    types = {k: (src if v == "SRC" else v) for k, v in ARG_TYPES[kernel].items()}
+    out = "*bf16" if constexprs.get("OUT_BF16") else "*fp32"
+    types = {k: {"SRC": src, "OUT": out}.get(v, v) for k, v in ARG_TYPES[kernel].items()}
     types.update({k: "constexpr" for k in constexprs})
     names = KERNELS[kernel].arg_names
     if set(names) != set(types):
@@ -690,6 +887,15 @@ def aot_specs():
         ("mx_dual", "mxfp8_e5m2", "ocp", "float16", -1, False, "amd", 64, 64),
     ]
     out = []
+    for fmt, prof, sd, r, c, wq, od in (("mxfp4", "ocp", "float32", True, True, False,
+                                         "bfloat16"),
+                                        ("mxfp8_e4m3", "rceil", "bfloat16", True, False, True,
+                                         "float32")):
+        ce = qdq_constexprs(fmt, prof, sd, rows=r, cols=c, with_codes=wq, out_dtype=od,
+                            block_rows=32, block_cols=128)
+        out.append((f"mx_qdq-{fmt}-{prof}-{sd}-{'rows' if r else ''}{'cols' if c else ''}-{od}"
+                    f"{'-codes' if wq else ''}", KERNELS["mx_qdq"],
+                    kernel_signature("mx_qdq", sd, ce), ce))
     for kern, fmt, prof, sd, ax, pk, lay, br, bc in combos:
         ce = fast_constexprs(fmt, prof, sd, ax, packed=pk, scale_layout=lay, block_rows=br,
                              block_cols=bc, dual=kern == "mx_dual")

@@ -5,7 +5,10 @@
 #   profile  scripts/gpu_profile_mxlinear.py: one MXLinear step with the profiler  <= 120 s
 #   train    mxref leaderboard run train: llama-30m bf16 vs mxfp4-fdw, nvfp4-te, 20 steps
 #            of 8192 tokens, in-run validation every 10                            <= 300 s
-#   step     bench/train_step.py: llama-125m seq 1024, bf16 vs mxfp4-fdw           <= 200 s
+#   step     bench/train_step.py: llama-125m seq 1024, bf16 vs mxfp4-fdw (fast path) and
+#            mxfp4-fdw on the generic path                                         <= 240 s
+#   qdq      scripts/gpu_qdq_check.py: fake-quantization kernel bits + capture + timing <= 150 s
+#   pstep    scripts/gpu_profile_step.py: one llama-125m step per recipe, profiled  <= 200 s
 # Pass MXREF_COMMIT (the device's .git can be stale); MXREF_DIRTY=0 when the tree is HEAD.
 # Every part runs under its own timeout; the exit code is the number of failed parts.
 set -uo pipefail
@@ -21,8 +24,11 @@ for p in "$@"; do
     train)   part train 300 python3 -m mxref.cli leaderboard run train --out "$OUT/lb" \
                --device cuda --model llama-30m --recipes mxfp4-fdw,nvfp4-te --tokens 163840 \
                --seq-len 512 --batch-size 16 --validate-every 10 --threads 0 ;;
-    step)    part step 200 python3 bench/train_step.py --model llama-125m --seq-len 1024 \
-               --batch-size 16 --recipes bf16,mxfp4-fdw --steps 6 --warmup 2 --out "$OUT/step" ;;
+    step)    part step 240 python3 bench/train_step.py --model llama-125m --seq-len 1024 \
+               --batch-size 16 --recipes bf16,mxfp4-fdw --generic mxfp4-fdw --steps 8 \
+               --warmup 2 --out "$OUT/step" ;;
+    qdq)     part qdq 150 python3 scripts/gpu_qdq_check.py "$OUT/qdq" ;;
+    pstep)   part pstep 200 python3 scripts/gpu_profile_step.py ;;
     *) echo "unknown part $p" >&2; fails=$((fails + 1)) ;;
   esac
 done

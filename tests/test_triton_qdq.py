@@ -453,28 +453,15 @@ def test_edges_bf16_out(tf, fmt, prof):
     _check(tf, x.t().contiguous(), fmt, prof, out_dtype=BF16)
 
 
-# Cause (found here, not fixed: the kernel is not this file's to change): _dequant_tile's
-# `v.to(tl.bfloat16)`, which Triton 3.9's interpreter lowers to a truncating conversion that
-# also mishandles fp32-subnormal inputs (a bare interpreted kernel gives 2^-127 -> 0x0000 and
-# 0x3F818000 -> 0x3F81, RNE: 0x0040 and 0x3F82). Normal-range MX values have <= 4 significant
-# bits, so only fp32-subnormal values are hit. The compiled kernel was not run here.
-BF16_SUBNORMAL_BUG = (
-    "quantize_dequantize(out_dtype=bfloat16), interpreted: values whose mxref fp32 value is an "
-    "fp32 subnormal (0 < |v| < 2^-126: blocks of a small scale byte) are not the RNE bf16 "
-    "rounding of that value, e.g. mxfp4/ocp row block [2^-126, 2^-127, 0 x 30] (scale byte 0): "
-    "element 1 is 2^-127 (fp32 0x00400000), bf16 0x0040 expected, the kernel writes 0x0000; "
-    "mxfp8_e5m2 0.75 * 2^-133: 0x0001 expected, 0x0040 written. Scales, codes, fp32 output and "
-    "bf16 values >= 2^-126 are exact")
-
-
-@pytest.mark.xfail(strict=True, reason=BF16_SUBNORMAL_BUG)
+# The bf16 rounding of fp32-subnormal values: a float cast in the kernel was wrong under the
+# interpreter (Triton's interpreted fp32 -> bf16 cast truncates and maps 2^-127 to 0x0000);
+# the kernel now rounds with integer ops, and these tests caught the cast.
 def test_bf16_out_fp32_subnormal_value_minimal(tf):
     x = torch.zeros(1, 32, dtype=F32)
     x[0, 0], x[0, 1] = 2.0 ** -126, 2.0 ** -127
     _check(tf, x, "mxfp4", "ocp", out_dtype=BF16, cols=False)
 
 
-@pytest.mark.xfail(strict=True, reason=BF16_SUBNORMAL_BUG)
 @pytest.mark.parametrize(("fmt", "prof"), FAST_COMBOS, ids=COMBO_IDS)
 def test_bf16_out_fp32_subnormal_values(tf, fmt, prof):
     """Tiny blocks (scale byte 0, fp32-subnormal inputs, amax 2^-100 / ties at 2^-120) in bf16,
@@ -484,9 +471,9 @@ def test_bf16_out_fp32_subnormal_values(tf, fmt, prof):
 
 @pytest.mark.parametrize(("fmt", "prof"), FAST_COMBOS, ids=COMBO_IDS)
 def test_bf16_out_tiny_blocks_outside_the_subnormal_values(tf, fmt, prof):
-    """The extent of BF16_SUBNORMAL_BUG: on the tiny blocks the scales, codes and every bf16
-    value whose fp32 value is not an fp32 subnormal are right (fp32 output: all right, in
-    test_edges_both_orientations_f32)."""
+    """On the tiny blocks the scales, codes and every bf16 value whose fp32 value is not an fp32
+    subnormal are right (those are test_bf16_out_fp32_subnormal_values'; fp32 output: all
+    right, in test_edges_both_orientations_f32)."""
     x = _tiny_tensor(fmt)
     rv, cv, q = tf.quantize_dequantize(x, fmt, prof, rows=True, cols=True, out_dtype=BF16,
                                        with_codes=True)
@@ -705,3 +692,23 @@ def test_bad_input(tf, name):
     make, fmt, prof, kw, msg = BAD[name]
     with pytest.raises(tf.KernelUnsupported, match=msg):
         tf.quantize_dequantize(make(), fmt, prof, **kw)
+
+
+@pytest.mark.parametrize("out_dtype", [F32, BF16])
+def test_poisoned_block_is_the_quiet_nan(tf, out_dtype):
+    """The NaN of a NaN / Inf block has fixed bits (0x7FC00000, bf16 0x7FC0), not whatever NaN
+    the arithmetic makes: the GPU's 0x7FFFFFFF would carry into the sign bit in the bf16 RNE
+    and come out as -0 (seen on an H100 before the fix; the interpreter's NaN hides it)."""
+    x = torch.ones(32, 64, dtype=F32)
+    x[0, 0] = float("nan")
+    x[5, 40] = float("-inf")
+    rv, cv, _ = tf.quantize_dequantize(x, "mxfp4", "ocp", rows=True, cols=True,
+                                       out_dtype=out_dtype)
+    want = 0x7FC00000 if out_dtype == F32 else 0x7FC0
+    ity = torch.int32 if out_dtype == F32 else torch.int16
+    for v, mask in ((rv, (slice(0, 1), slice(0, 32))), (rv, (slice(5, 6), slice(32, 64))),
+                    (cv, (slice(0, 32), slice(0, 1))), (cv, (slice(0, 32), slice(40, 41)))):
+        bits = v[mask].contiguous().view(ity).to(torch.int64) & (0xFFFFFFFF if ity == torch.int32
+                                                                 else 0xFFFF)
+        assert (bits == want).all(), bits.unique()
+    assert not rv[1:5].isnan().any() and not cv[:, 1:40].isnan().any()
