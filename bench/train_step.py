@@ -5,7 +5,8 @@ steps (Triton compiles on first use), the recipes take turns step by step (the s
 recipe rotates every round so that no recipe always runs after the same neighbour), with the
 same batch for every recipe in a round. Reported per recipe: median step time and tokens/s,
 the ratio to bf16's median from the same rounds, the share of the step spent in
-quantization (CUDA events around every quantize / rotate / dequantize of every MXLinear),
+quantization (CUDA events around every quantize / rotate / dequantize of every MXLinear, on two
+extra steps after the timed rounds: the events are host work the timed steps do not carry),
 and the step's peak memory above what was resident before it (CUDA max_memory_allocated;
 on CPU only the process-wide ru_maxrss, which cannot be split per recipe).
 
@@ -55,6 +56,9 @@ def main(argv=None) -> dict:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--generic", default="",
+                    help="Comma-separated recipes to also time on the generic MXLinear path "
+                         "(the fast path switched off), as arms named RECIPE:generic.")
     a = ap.parse_args(argv)
 
     from contextlib import nullcontext
@@ -71,6 +75,8 @@ def main(argv=None) -> dict:
     recipes = [r.strip() for r in a.recipes.split(",") if r.strip()]
     if "bf16" not in recipes:
         recipes.insert(0, "bf16")
+    recipes += [f"{r.strip()}:generic" for r in a.generic.split(",") if r.strip()]
+    from mxkernels.training import mxlinear as mxl
     corpus = load_corpus("stdlib")
     sampler = BatchSampler(corpus.train, a.seq_len, a.batch_size, seed=0)
     cfg = TrainConfig(model=a.model, lr=1e-4)
@@ -79,7 +85,7 @@ def main(argv=None) -> dict:
 
     arms = {}
     for name in recipes:
-        recipe = resolve_recipe(name, 0)
+        recipe = resolve_recipe(name.split(":")[0], 0)
         model = build_model(a.model, corpus.vocab_size, seed=0, max_seq_len=a.seq_len,
                             device=device)
         swapped = []
@@ -87,18 +93,23 @@ def main(argv=None) -> dict:
             from mxkernels.training.mxlinear import swap_linears
             swapped = swap_linears(model, recipe, backend=a.backend)
         arms[name] = {"model": model, "opt": make_optimizer(model, cfg), "swapped": len(swapped),
-                      "times": [], "quant": [], "peak": [], "error": None}
+                      "times": [], "quant": [], "peak": [], "error": None,
+                      "fast": not name.endswith(":generic")}
     counts = param_counts(next(iter(arms.values()))["model"])
 
-    def step(arm, tokens):
+    def step(arm, tokens, timed=True):
+        """One step; timed=True: wall time, no quantization timer (its CUDA events and
+        context managers are host work of their own); timed=False: the quantization time
+        (CUDA events around every quantization op) of an untimed step."""
         model, opt = arm["model"], arm["opt"]
+        mxl.FAST_PATH[0] = arm["fast"]
         timer = QuantTimer()
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
             resident = torch.cuda.memory_allocated(device)
         _sync(device)
         t0 = time.perf_counter()
-        with quant_timer(timer):
+        with quant_timer(timer) if not timed else nullcontext():
             with autocast():
                 _, loss, _ = lm_loss(model, tokens)
             loss.backward()
@@ -132,15 +143,19 @@ def main(argv=None) -> dict:
             if arm["error"]:
                 continue
             try:
-                dt, q, peak = step(arm, tokens)
+                dt, _, peak = step(arm, tokens)
             except Exception as e:  # noqa: BLE001
                 arm["error"] = f"{type(e).__name__}: {e}"
                 continue
             arm["times"].append(dt)
-            arm["quant"].append(q)
             arm["peak"].append(peak)
         print(f"[train_step] round {r + 1}/{a.steps}", file=sys.stderr)
 
+    for name in live:       # quantization share: separate, untimed steps with the timer on
+        arm = arms[name]
+        for r in range(2 if arm["times"] and not arm["error"] else 0):
+            dt, q, _ = step(arm, batch(a.warmup + a.steps + r), timed=False)
+            arm["quant"].append(q / dt)
     tok = a.seq_len * a.batch_size
     base = float(np.median(arms["bf16"]["times"])) if arms["bf16"]["times"] else None
     base_peak = max((p for p in arms["bf16"]["peak"] if p is not None), default=None)
@@ -156,8 +171,7 @@ def main(argv=None) -> dict:
                 "median_step_s": med, "min_step_s": float(np.min(arm["times"])),
                 "tokens_per_s": tok / med,
                 "step_time_ratio_vs_bf16": med / base if base else None,
-                "quant_share_median": float(np.median([q / t for q, t in
-                                                       zip(arm["quant"], arm["times"])])),
+                "quant_share_median": float(np.median(arm["quant"])) if arm["quant"] else None,
                 "step_peak_mem_bytes": max(peaks) if peaks else None,
                 "step_peak_mem_ratio_vs_bf16": (max(peaks) / base_peak)
                 if peaks and base_peak else None})
@@ -188,7 +202,7 @@ def main(argv=None) -> dict:
             continue
         pk = r["step_peak_mem_bytes"]
         md.append(f"| {r['recipe']} | {1e3 * r['median_step_s']:.1f} | {r['tokens_per_s']:,.0f} | "
-                  f"{r['step_time_ratio_vs_bf16']:.2f} | {r['quant_share_median']:.2f} | "
+                  f"{r['step_time_ratio_vs_bf16']:.2f} | {r['quant_share_median'] if r['quant_share_median'] is not None else float('nan'):.2f} | "
                   f"{pk / 2**30 if pk else float('nan'):.2f} | "
                   f"{r['step_peak_mem_ratio_vs_bf16'] or float('nan'):.2f} | {r['warmup_s']} | "
                   f"{r['error'] or ''} |")

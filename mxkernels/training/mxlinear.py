@@ -19,7 +19,9 @@ index, operand index)).
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
+import weakref
 
 import numpy as np
 import torch
@@ -32,7 +34,7 @@ from . import quant as Q
 from .recipes import GEMMS, GemmSpec, OperandSpec, Recipe, get_recipe
 
 __all__ = ["MXLinear", "swap_linears", "set_step", "quant_timer", "QuantTimer", "BACKENDS",
-           "DEFAULT_SKIP"]
+           "DEFAULT_SKIP", "fast_plan", "FAST_PATH"]
 
 BACKENDS = ("auto", "torch", "triton")
 DEFAULT_SKIP = ("lm_head", "*embed*", "router", "gate", "score")
@@ -78,6 +80,7 @@ class MXLinear(torch.nn.Module):
         self.layer_id = 0
         self.name = ""
         self._capture = None          # validate.capture_next arms it
+        self._plan = self._plan_recipe = None
 
     def reset_parameters(self) -> None:
         torch.nn.Linear.reset_parameters(self)   # same init as nn.Linear
@@ -104,6 +107,12 @@ class MXLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.recipe.quantized and self._capture is None:
             return F.linear(x, self.weight, self.bias)
+        if FAST_PATH[0] and _resolve_backend(self.backend, x.device) == "triton":
+            if self._plan_recipe is not self.recipe:
+                self._plan, self._plan_recipe = fast_plan(self.recipe), self.recipe
+            plan = self._plan
+            if plan is not None:
+                return _MXLinearFastFn.apply(x, self.weight, self.bias, self, plan)
         return _MXLinearFn.apply(x, self.weight, self.bias, self)
 
 
@@ -351,6 +360,182 @@ def _load_activation(st: dict, fmt: str) -> torch.Tensor:
     codes = te.unpack(st["codes"], fmt, st["k"]) if st["packed"] else st["codes"]
     with Q._section(codes.device):
         return te.dequantize(st["scales"], codes, fmt, axis=-1).view(torch.float32)
+
+
+# ---- the fast path: one fake-quantization launch per tensor --------------------------------
+FAST_PATH = [True]      # tests switch it off to compare with the generic path
+
+
+def _plain(spec: OperandSpec) -> bool:
+    if spec.fmt is None or spec.rounding != "rne" or spec.source != "hp" or \
+            spec.scaling != "block" or spec.macro is not None or spec.outlier is not None or \
+            spec.clamp_quantile is not None or spec.dge_k is not None:
+        return False
+    from mxkernels.triton_fast import supports
+    return supports(spec.fmt, spec.profile, "float32")
+
+
+def fast_plan(recipe) -> dict | None:
+    """The fast path's plan for ``recipe``, or None when the generic path must run it.
+
+    Eligible: every one of the six operands quantized by a plain MX block format and profile
+    that ``triton_fast.quantize_dequantize`` implements (RNE, from high precision, no rotation,
+    corrections, vector scaling or activation storage; plain "matmul" GEMMs), e.g. mxfp4-fdw.
+    Each tensor then needs one launch that writes the dequantized (exact, bf16) values of both
+    of its orientations: x along K (fprop) and T (wgrad), W along K (fprop) and N (dgrad), dy
+    along N (dgrad) and T (wgrad); the GEMMs are bf16 torch.mm with fp32 accumulation."""
+    return _fast_plan(recipe)
+
+
+@functools.lru_cache(maxsize=64)
+def _fast_plan(recipe) -> dict | None:
+    if recipe.save_activations is not None:
+        return None
+    for gemm in GEMMS:
+        g = getattr(recipe, gemm)
+        if g.hadamard != "none" or g.gemm != "matmul" or not (_plain(g.a) and _plain(g.b)):
+            return None
+    return {"x": (recipe.fprop.a, recipe.wgrad.b), "w": (recipe.fprop.b, recipe.dgrad.b),
+            "dy": (recipe.dgrad.a, recipe.wgrad.a)}
+
+
+_TF: dict = {}
+
+
+def _triton_fast(device: torch.device):
+    """The triton_fast module for ``device`` (compiled, or interpreted for CPU tensors)."""
+    mod = _TF.get(device.type)
+    if mod is None:
+        from mxkernels.ops import kernels
+        mod = _TF[device.type] = kernels(device).modules["triton_fast"]
+    return mod
+
+
+def _qdq(t: torch.Tensor, specs, want_q: bool):
+    """(row values, col values, codes/scales or None) of t [R, C]: rows blocked along C per
+    specs[0], columns blocked along R per specs[1]; one launch when both use the same format
+    and profile. (Host time matters here: a step calls this three times per layer.)"""
+    tf = _triton_fast(t.device)
+    s0, s1 = specs
+    if Q._ACTIVE[0] is None and s0.fmt == s1.fmt and s0.profile == s1.profile:
+        return tf.quantize_dequantize(t, s0.fmt, s0.profile, rows=True, cols=True,
+                                      with_codes=want_q)
+    with Q._section(t.device):
+        if (s0.fmt, s0.profile) == (s1.fmt, s1.profile):
+            return tf.quantize_dequantize(t, s0.fmt, s0.profile, rows=True, cols=True,
+                                          with_codes=want_q)
+        r, _, qr = tf.quantize_dequantize(t, s0.fmt, s0.profile, rows=True, cols=False,
+                                          with_codes=want_q)
+        _, c, qc = tf.quantize_dequantize(t, s1.fmt, s1.profile, rows=False, cols=True,
+                                          with_codes=want_q)
+    return r, c, (None if not want_q else (qr[0], qr[1], qc[2], qc[3]))
+
+
+# the last layer input's fake quantization: q_proj, k_proj and v_proj (gate_proj and up_proj)
+# read the same tensor; the entry is keyed by the tensor's identity and version counter and
+# dropped by any backward
+_X_CACHE: dict = {}
+
+
+def _qdq_input(x: torch.Tensor, x2: torch.Tensor, specs, want_q: bool):
+    key = (specs, x.shape, x.dtype, x.device)
+    ref = _X_CACHE.get("ref")
+    if not want_q and ref is not None and ref() is x and _X_CACHE["version"] == x._version \
+            and _X_CACHE["key"] == key:
+        return _X_CACHE["out"]
+    out = _qdq(x2, specs, want_q)
+    _X_CACHE.clear()
+    if not want_q:
+        _X_CACHE.update(ref=weakref.ref(x), version=x._version, key=key, out=out)
+    return out
+
+
+def _mm(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype, autocast: bool) -> torch.Tensor:
+    """a @ b of bf16 operands with fp32 accumulation. Under autocast (what nn.Linear does
+    there): the bf16 result cast to ``dtype``; otherwise the fp32 result cast to ``dtype``."""
+    if autocast:
+        out = torch.mm(a, b)
+        return out if dtype == torch.bfloat16 else out.to(dtype)
+    return _mm_bf16_f32(a, b).to(dtype)
+
+
+def _rec_operand(t, q, side_rows: bool, values):
+    """A capture record of an operand blocked along its last axis, from a qdq of the tensor
+    (side_rows: the operand is t itself (row blocks), else t^T (column blocks))."""
+    if side_rows:
+        return {"input": _np(t.float()), "scales": _np(q[0]), "codes": _np(q[1]),
+                "sr_seed": None, "tensor_scale": None, "row_scale": None, "extra": {},
+                "values": _np(values)}
+    return {"input": _np(t.float().t()), "scales": _np(q[2].t()), "codes": _np(q[3].t()),
+            "sr_seed": None, "tensor_scale": None, "row_scale": None, "extra": {},
+            "values": _np(values.t())}
+
+
+class _MXLinearFastFn(torch.autograd.Function):
+    """The plain-MX recipes (see fast_plan) on CUDA: per step and layer three fake-quantization
+    launches (x, W, dy; x shared by the layers that read it) and three bf16 GEMMs (fp32
+    accumulation, bf16 results cast to the input / weight dtype: nn.Linear under autocast). A
+    capture (in-run validation) also records the codes and scales from the same launches and
+    fp32-output GEMMs of the same operands (what mxref.check_gemm bounds)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, layer, plan):
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        cap = layer._capture
+        want = cap is not None
+        xr, xc, qx = _qdq_input(x, x2, plan["x"], want)
+        wr, wc, qw = _qdq(weight, plan["w"], want)
+        ac = torch.is_autocast_enabled(x.device.type)
+        odt = torch.get_autocast_dtype(x.device.type) if ac else x.dtype
+        y = _mm(xr, wr.t(), odt, ac and odt == torch.bfloat16)
+        if bias is not None:
+            y = y + bias.to(odt)
+        if want:
+            cap["fprop"] = {"a": _rec_operand(x2, qx, True, xr),
+                            "b": _rec_operand(weight, qw, True, wr),
+                            "out": _np(_mm_bf16_f32(xr, wr.t())), "spec": layer.recipe.fprop}
+            ctx.cap = (cap, qx, qw, x2.detach(), weight.detach())
+        else:
+            ctx.cap = None
+        ctx.layer = layer
+        ctx.plan = plan
+        ctx.autocast = ac and odt == torch.bfloat16
+        ctx.shape = shape
+        ctx.x_dtype = x.dtype
+        ctx.w_dtype = weight.dtype
+        ctx.has_bias = bias is not None
+        ctx.save_for_backward(xc, wc)
+        return y.reshape(*shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy):
+        _X_CACHE.clear()
+        xc, wc = ctx.saved_tensors
+        dy2 = dy.reshape(-1, dy.shape[-1])
+        want = ctx.cap is not None
+        dyr, dyc, qd = _qdq(dy2, ctx.plan["dy"], want)
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = _mm(dyr, wc, ctx.x_dtype, ctx.autocast).reshape(ctx.shape)
+        if ctx.needs_input_grad[1]:
+            dw = _mm(dyc.t(), xc, ctx.w_dtype, ctx.autocast)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = dy2.float().sum(0).to(ctx.w_dtype)
+        if want:
+            cap, qx, qw, x2, w = ctx.cap
+            r = ctx.layer.recipe
+            cap["dgrad"] = {"a": _rec_operand(dy2, qd, True, dyr),
+                            "b": _rec_operand(w, qw, False, wc),
+                            "out": _np(_mm_bf16_f32(dyr, wc)), "spec": r.dgrad}
+            cap["wgrad"] = {"a": _rec_operand(dy2, qd, False, dyc),
+                            "b": _rec_operand(x2, qx, False, xc),
+                            "out": _np(_mm_bf16_f32(dyc.t(), xc)), "spec": r.wgrad}
+            cap["complete"] = True
+            ctx.layer._capture_done = cap
+            ctx.layer._capture = None
+            ctx.cap = None
+        return dx, dw, db, None, None
 
 
 # ---- model surgery --------------------------------------------------------------------------

@@ -95,6 +95,29 @@ def _cmp(layer, gemm, operand, fmt, profile, what, got, exp, records, extra_deta
                                detail + extra_detail, fi))
 
 
+def _cmp_values(layer, gemm, operand, fmt, profile, got, exp64, records):
+    """The dequantized values a fast-path GEMM multiplied (bf16 or fp32) against mxref's,
+    rounded to the same dtype (RNE: ml_dtypes); NaN matches NaN."""
+    got = np.asarray(got)
+    exp = np.asarray(exp64, dtype=np.float64).astype(np.float32)
+    if got.dtype != np.float32:
+        exp = exp.astype(got.dtype)
+    if got.shape != exp.shape:
+        records.append(CheckRecord(layer, gemm, operand, fmt, profile, int(exp.size),
+                                   int(exp.size), False,
+                                   f"values: shape {got.shape} != mxref {exp.shape}", None))
+        return
+    g32, e32 = got.astype(np.float32), exp.astype(np.float32)
+    bad = (g32.view(np.uint32) != e32.view(np.uint32)) & ~(np.isnan(g32) & np.isnan(e32))
+    n = int(bad.sum())
+    fi = _first(bad)
+    detail = f"values ({got.dtype}): {n} of {exp.size} differ from mxref"
+    if fi is not None:
+        detail += f"; first at {fi}: got {g32[tuple(fi)]!r}, mxref {e32[tuple(fi)]!r}"
+    records.append(CheckRecord(layer, gemm, operand, fmt, profile, int(exp.size), n, n == 0,
+                               detail, fi))
+
+
 def _sr_profile(spec: OperandSpec):
     p = get_profile(spec.profile)
     if spec.rounding == "sr":
@@ -301,6 +324,9 @@ def check_capture(layer, *, gemm_check: str = "mxref") -> list[CheckRecord]:
                                            f"{k}: not recorded by the training path"))
                     continue
                 _cmp(lname, gemm, opname, spec.fmt, pname, k, gv, e[k], sub)
+            if r.get("values") is not None:
+                _cmp_values(lname, gemm, opname, spec.fmt, pname, r["values"], e["values"], sub)
+                parts.append("values")
             del fails_before
             tot = sum(s.elements for s in sub if s.detail.startswith("codes")) or \
                 int(x.size)
