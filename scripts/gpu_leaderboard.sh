@@ -3,8 +3,9 @@
 #   kernels  mxref leaderboard run gpu: verify (triton, L0+L1 of the timed ops) + every kernel
 #            timed (3 independent do_bench medians each)                          <= 480 s
 #   profile  scripts/gpu_profile_mxlinear.py: one MXLinear step with the profiler  <= 120 s
-#   train    mxref leaderboard run train: llama-30m bf16 vs mxfp4-fdw, nvfp4-te, 20 steps
-#            of 8192 tokens, in-run validation every 10                            <= 300 s
+#   train    mxref leaderboard run train: llama-30m bf16 vs the recipes in LB_RECIPES
+#            (default mxfp4-fdw,nvfp4-te), 20 steps of 8192 tokens, in-run validation
+#            every 10                                                             <= 420 s
 #   step     bench/train_step.py: llama-125m seq 1024, bf16 vs mxfp4-fdw (fast path) and
 #            mxfp4-fdw on the generic path                                         <= 240 s
 #   qdq      scripts/gpu_qdq_check.py: fake-quantization kernel bits + capture + timing <= 150 s
@@ -21,8 +22,9 @@ for p in "$@"; do
     kernels) part kernels 480 python3 -m mxref.cli leaderboard run gpu --out "$OUT/lb" \
                --size 8192 --repeats 3 ;;
     profile) part profile 120 python3 scripts/gpu_profile_mxlinear.py ;;
-    train)   part train 300 python3 -m mxref.cli leaderboard run train --out "$OUT/lb" \
-               --device cuda --model llama-30m --recipes mxfp4-fdw,nvfp4-te --tokens 163840 \
+    train)   part train 420 python3 -m mxref.cli leaderboard run train --out "$OUT/lb" \
+               --device cuda --model llama-30m --recipes "${LB_RECIPES:-mxfp4-fdw,nvfp4-te}" \
+               --tokens 163840 \
                --seq-len 512 --batch-size 16 --validate-every 10 --threads 0 ;;
     step)    part step 240 python3 bench/train_step.py --model llama-125m --seq-len 1024 \
                --batch-size 16 --recipes bf16,mxfp4-fdw --generic mxfp4-fdw --steps 8 \
