@@ -56,6 +56,10 @@ def main(argv=None) -> dict:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--gc", choices=["auto", "manual"], default="auto",
+                    help="Python garbage collection: 'auto' (CPython's default thresholds) or "
+                         "'manual' (as torchtitan's gc_freq: automatic collection off, a "
+                         "generation-1 collection after each round, outside the timed steps).")
     ap.add_argument("--generic", default="",
                     help="Comma-separated recipes to also time on the generic MXLinear path "
                          "(the fast path switched off), as arms named RECIPE:generic.")
@@ -119,6 +123,8 @@ def main(argv=None) -> dict:
         _sync(device)
         dt = time.perf_counter() - t0
         peak = torch.cuda.max_memory_allocated(device) - resident if device.type == "cuda" else None
+        if device.type == "cuda":
+            arm["device_allocs"] = torch.cuda.memory_stats(device).get("num_device_alloc", 0)
         return dt, timer.seconds(), peak
 
     def batch(i):
@@ -135,6 +141,10 @@ def main(argv=None) -> dict:
         arm["warmup_s"] = round(time.perf_counter() - t0, 2)
         print(f"[train_step] warm-up {name}: {arm['warmup_s']} s", file=sys.stderr)
     live = [n for n in recipes if arms[n]["error"] is None]
+    import gc
+    if a.gc == "manual":
+        gc.collect()
+        gc.disable()
     for r in range(a.steps):
         tokens = batch(a.warmup + r)
         order = live[r % len(live):] + live[:r % len(live)]
@@ -149,7 +159,10 @@ def main(argv=None) -> dict:
                 continue
             arm["times"].append(dt)
             arm["peak"].append(peak)
+        if a.gc == "manual":
+            gc.collect(1)
         print(f"[train_step] round {r + 1}/{a.steps}", file=sys.stderr)
+    gc.enable()
 
     for name in live:       # quantization share: separate, untimed steps with the timer on
         arm = arms[name]
@@ -163,6 +176,7 @@ def main(argv=None) -> dict:
     for name in recipes:
         arm = arms[name]
         row = {"recipe": name, "swapped_linears": arm["swapped"], "error": arm["error"],
+               "step_times_s": arm["times"],
                "warmup_s": arm.get("warmup_s"), "rounds": len(arm["times"])}
         if arm["times"]:
             med = float(np.median(arm["times"]))
@@ -179,7 +193,7 @@ def main(argv=None) -> dict:
     env = environment(device)
     doc = {"schema": "mxref-bench-train-step/1", "model": a.model, "params": counts,
            "seq_len": a.seq_len, "batch_size": a.batch_size, "tokens_per_step": tok,
-           "precision": a.precision, "backend": a.backend, "rounds": a.steps,
+           "precision": a.precision, "backend": a.backend, "rounds": a.steps, "gc": a.gc,
            "warmup": a.warmup, "device": env, "cpu_ru_maxrss_bytes":
            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
            "when": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": platform.node(), "results": rows}
@@ -192,7 +206,7 @@ def main(argv=None) -> dict:
           f"{env.get('gpu', env['device'])}",
           "", f"torch {env['torch']}, triton {env.get('triton')}, transformers "
           f"{env['transformers']}, commit {env['git_commit']}; medians of {a.steps} alternating "
-          "rounds after warm-up.", "",
+          f"rounds after warm-up; Python GC {a.gc}.", "",
           "| recipe | step (ms) | tokens/s | step time / bf16 | quant share | step peak mem (GiB) "
           "| mem / bf16 | warm-up (s) | note |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
