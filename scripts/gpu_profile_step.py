@@ -37,7 +37,7 @@ def main():
             swap_linears(model, recipe)
         opt = make_optimizer(model, TrainConfig(model=a.model, lr=1e-4))
 
-        def step():
+        def step(model=model, opt=opt):
             with torch.autocast("cuda", dtype=torch.bfloat16):
                 _, loss, _ = lm_loss(model, tokens)
             loss.backward()

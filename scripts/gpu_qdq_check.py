@@ -71,11 +71,12 @@ def bench() -> list:
     for R, C, dt in ((8192, 8192, torch.bfloat16), (16384, 768, torch.float32),
                      (16384, 2048, torch.bfloat16)):
         x = torch.randn(R, C, device="cuda", dtype=dt)
-        copy = triton.testing.do_bench(lambda: x.clone(), warmup=25, rep=200,
+        copy = triton.testing.do_bench(lambda x=x: x.clone(), warmup=25, rep=200,
                                        return_mode="median")
         copy_bw = 2 * x.numel() * x.element_size() / (copy * 1e-3)
         for label, r, c in (("rows+cols", True, True), ("rows", True, False)):
-            f = lambda: tf.quantize_dequantize(x, "mxfp4", "ocp", rows=r, cols=c)  # noqa: E731
+            def f(x=x, r=r, c=c):
+                return tf.quantize_dequantize(x, "mxfp4", "ocp", rows=r, cols=c)
             f()
             ms = triton.testing.do_bench(f, warmup=25, rep=200, return_mode="median")
             moved = x.numel() * (x.element_size() + 2 * (int(r) + int(c)))
@@ -93,8 +94,9 @@ def sweep() -> list:
         x = torch.randn(R, C, device="cuda", dtype=dt)
         for br, bc, nw in ((32, 128, 4), (32, 64, 4), (64, 64, 4), (64, 64, 8), (64, 128, 8),
                            (32, 256, 8), (128, 64, 8), (32, 128, 8)):
-            f = lambda: tf.quantize_dequantize(x, "mxfp4", "ocp", rows=True, cols=True,  # noqa
-                                               block_rows=br, block_cols=bc, num_warps=nw)
+            def f(x=x, br=br, bc=bc, nw=nw):
+                return tf.quantize_dequantize(x, "mxfp4", "ocp", rows=True, cols=True,
+                                              block_rows=br, block_cols=bc, num_warps=nw)
             f()
             ms = triton.testing.do_bench(f, warmup=25, rep=100, return_mode="median")
             rows.append({"shape": [R, C], "br": br, "bc": bc, "warps": nw, "us": ms * 1e3})
