@@ -10,7 +10,9 @@
 #            mxfp4-fdw on the generic path                                         <= 240 s
 #   qdq      scripts/gpu_qdq_check.py: fake-quantization kernel bits + capture + timing <= 150 s
 #   pstep    scripts/gpu_profile_step.py: one llama-125m step per recipe, profiled  <= 200 s
-# Pass MXREF_COMMIT (the device's .git can be stale); MXREF_DIRTY=0 when the tree is HEAD.
+# Pass MXREF_COMMIT as the literal hash from your checkout (MXREF_COMMIT=<40 hex>): the device's
+# .git can be stale, so $(git rev-parse HEAD) run ON the device stamps an old commit (session 7:
+# submit cannot tell). MXREF_DIRTY=0 only when the tree sent is exactly that commit.
 # Every part runs under its own timeout; the exit code is the number of failed parts.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_leaderboard.sh OUTDIR PART...}
