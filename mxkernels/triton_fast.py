@@ -423,7 +423,7 @@ def _qdq_orient(a, b, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
         amax = _max_along(a3, 1)
     poison = amax >= 0x7F800000
     byte = _block_byte(amax, EL_EMAX, EL_MAXSIG, EL_EVENTHR, SCALE_RULE)
-    inv = ((254 - byte) << 23).to(tl.float32, bitcast=True)          # 2^-s (P2)
+    inv = ((254 << 23) - (byte << 23)).to(tl.float32, bitcast=True)   # 2^-s (P2)
     sc = tl.where(byte == 0, 0x400000, byte << 23).to(tl.float32, bitcast=True)   # 2^s
     if AXIS == 1:
         inv3 = inv[:, :, None]
@@ -433,7 +433,8 @@ def _qdq_orient(a, b, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
         inv3 = inv[:, None, :]
         sc3 = sc[:, None, :]
         p3 = poison[:, None, :]
-    y = (a3.to(tl.float32, bitcast=True) * inv3).to(tl.int32, bitcast=True)
+    yf = a3.to(tl.float32, bitcast=True) * inv3
+    y = yf.to(tl.int32, bitcast=True)
     MINB: tl.constexpr = (EL_EMIN + 127) << 23
     MOFF: tl.constexpr = (23 - EL_MBITS) << 23
     t = tl.maximum(y & 0x7F800000, MINB)
@@ -460,7 +461,7 @@ def _qdq_orient(a, b, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
         KC: tl.constexpr = (MOFF >> (23 - EL_MBITS)) - MOFF - K0
         code = (f.to(tl.int32, bitcast=True) - t) + ((t >> (23 - EL_MBITS)) + KC)
         if SATURATE:
-            code = tl.minimum(code, EL_MAXCODE)
+            code = tl.minimum(EL_MAXCODE, code)
         code = code | ((b3 >> (31 - EL_SIGNBIT)) & (1 << EL_SIGNBIT))
         code = tl.reshape(tl.where(p3, FILL, code), (BR, BC))
         byte = tl.where(poison, 255, byte)
