@@ -471,6 +471,24 @@ def _qdq_orient(a, b, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
 
 
 @triton.jit
+def _qdq_write(a, b, out_ptr, scale_ptr, code_ptr, out_offs, mask, rows, cols, r0, c0, n_rows,
+               n_cols, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+               EL_MBITS: tl.constexpr, EL_EMIN: tl.constexpr, EL_EMAX: tl.constexpr,
+               EL_MAXCODE: tl.constexpr, EL_SIGNBIT: tl.constexpr, FILL: tl.constexpr,
+               EL_MAXSIG: tl.constexpr, EL_EVENTHR: tl.constexpr, EL_MAXF32: tl.constexpr,
+               SCALE_RULE: tl.constexpr, SATURATE: tl.constexpr, OUT_BF16: tl.constexpr,
+               WRITE_Q: tl.constexpr):
+    """One orientation of mx_qdq_kernel: values, and with WRITE_Q row-major scales and codes."""
+    v, byte, code = _qdq_orient(a, b, AXIS, BR, BC, EL_MBITS, EL_EMIN, EL_EMAX, EL_MAXCODE,
+                                EL_SIGNBIT, FILL, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE,
+                                SATURATE, OUT_BF16, WRITE_Q)
+    tl.store(out_ptr + out_offs, v, mask=mask)
+    if WRITE_Q:
+        _store_scales(scale_ptr, byte, r0, c0, n_rows, n_cols, 0, AXIS, BR, BC, 0)
+        _store_codes(code_ptr, code, rows, cols, n_rows, n_cols, AXIS, BR, BC, False, r0, c0)
+
+
+@triton.jit
 def mx_qdq_kernel(
         x_ptr, row_out_ptr, col_out_ptr, row_scale_ptr, row_code_ptr, col_scale_ptr,
         col_code_ptr, n_rows, n_cols,
@@ -492,24 +510,15 @@ def mx_qdq_kernel(
     offs = (rows - r0)[:, None] * n_cols + (cols - c0)[None, :]
     base = r0.to(tl.int64) * n_cols + c0
     if ROWS:
-        v, byte, code = _qdq_orient(a, b, 1, BR, BC, EL_MBITS, EL_EMIN, EL_EMAX, EL_MAXCODE,
-                                    EL_SIGNBIT, FILL, EL_MAXSIG, EL_EVENTHR, EL_MAXF32,
-                                    SCALE_RULE, SATURATE, OUT_BF16, WRITE_Q)
-        tl.store(row_out_ptr + base + offs, v, mask=m)
-        if WRITE_Q:
-            _store_scales(row_scale_ptr, byte, r0, c0, n_rows, n_cols, 0, 1, BR, BC, 0)
-            _store_codes(row_code_ptr, code, rows, cols, n_rows, n_cols, 1, BR, BC, False, r0,
-                         c0)
+        _qdq_write(a, b, row_out_ptr, row_scale_ptr, row_code_ptr, base + offs, m, rows, cols,
+                   r0, c0, n_rows, n_cols, 1, BR, BC, EL_MBITS, EL_EMIN, EL_EMAX, EL_MAXCODE,
+                   EL_SIGNBIT, FILL, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE, SATURATE,
+                   OUT_BF16, WRITE_Q)
     if COLS:
-        v, byte, code = _qdq_orient(a, b, 0, BR, BC, EL_MBITS, EL_EMIN, EL_EMAX, EL_MAXCODE,
-                                    EL_SIGNBIT, FILL, EL_MAXSIG, EL_EVENTHR, EL_MAXF32,
-                                    SCALE_RULE, SATURATE, OUT_BF16, WRITE_Q)
-        tl.store(col_out_ptr + base + offs, v, mask=m)
-        if WRITE_Q:
-            _store_scales(col_scale_ptr, byte, r0, c0, n_rows, n_cols, 0, 0, BR, BC, 0)
-            _store_codes(col_code_ptr, code, rows, cols, n_rows, n_cols, 0, BR, BC, False, r0,
-                         c0)
-
+        _qdq_write(a, b, col_out_ptr, col_scale_ptr, col_code_ptr, base + offs, m, rows, cols,
+                   r0, c0, n_rows, n_cols, 0, BR, BC, EL_MBITS, EL_EMIN, EL_EMAX, EL_MAXCODE,
+                   EL_SIGNBIT, FILL, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE, SATURATE,
+                   OUT_BF16, WRITE_Q)
 
 KERNELS = {"mx_fast": mx_fast_kernel, "mx_dual": mx_dual_kernel, "mx_qdq": mx_qdq_kernel}
 

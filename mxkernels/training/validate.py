@@ -74,7 +74,10 @@ def _first(mask: np.ndarray):
     return None if idx.size == 0 else [int(i) for i in idx[0]]
 
 
-def _cmp(layer, gemm, operand, fmt, profile, what, got, exp, records, extra_detail=""):
+def _cmp(layer, gemm, operand, fmt, profile, what, got, exp, records, extra_detail="",
+         nan_equal=False):
+    """Byte / bit comparison of got and exp (floats as float32 bits; nan_equal: any NaN
+    matches any NaN)."""
     got = np.asarray(got)
     exp = np.asarray(exp)
     if got.shape != exp.shape:
@@ -82,10 +85,14 @@ def _cmp(layer, gemm, operand, fmt, profile, what, got, exp, records, extra_deta
                                    int(exp.size), False,
                                    f"{what}: shape {got.shape} != mxref {exp.shape}", None))
         return
-    if got.dtype.kind == "f":
-        got = got.astype(np.float32).view(np.uint32)
-        exp = exp.astype(np.float32).view(np.uint32)
+    nan = None
+    if got.dtype.kind == "f" or got.dtype.name == "bfloat16":
+        g32, e32 = got.astype(np.float32), exp.astype(np.float32)
+        nan = np.isnan(g32) & np.isnan(e32) if nan_equal else None
+        got, exp = g32.view(np.uint32), e32.view(np.uint32)
     bad = got != exp
+    if nan is not None:
+        bad &= ~nan
     n = int(bad.sum())
     fi = _first(bad)
     detail = f"{what}: {n} of {exp.size} differ from mxref"
@@ -102,20 +109,8 @@ def _cmp_values(layer, gemm, operand, fmt, profile, got, exp64, records):
     exp = np.asarray(exp64, dtype=np.float64).astype(np.float32)
     if got.dtype != np.float32:
         exp = exp.astype(got.dtype)
-    if got.shape != exp.shape:
-        records.append(CheckRecord(layer, gemm, operand, fmt, profile, int(exp.size),
-                                   int(exp.size), False,
-                                   f"values: shape {got.shape} != mxref {exp.shape}", None))
-        return
-    g32, e32 = got.astype(np.float32), exp.astype(np.float32)
-    bad = (g32.view(np.uint32) != e32.view(np.uint32)) & ~(np.isnan(g32) & np.isnan(e32))
-    n = int(bad.sum())
-    fi = _first(bad)
-    detail = f"values ({got.dtype}): {n} of {exp.size} differ from mxref"
-    if fi is not None:
-        detail += f"; first at {fi}: got {g32[tuple(fi)]!r}, mxref {e32[tuple(fi)]!r}"
-    records.append(CheckRecord(layer, gemm, operand, fmt, profile, int(exp.size), n, n == 0,
-                               detail, fi))
+    _cmp(layer, gemm, operand, fmt, profile, f"values ({got.dtype})", got, exp, records,
+         nan_equal=True)
 
 
 def _sr_profile(spec: OperandSpec):
