@@ -120,6 +120,8 @@ exact when normal, and a product below 2^-126 is below q / 2, so m + p rounds to
 """
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -824,7 +826,8 @@ def quantize_dequantize(x: torch.Tensor, fmt: str, profile="ocp", *, rows: bool 
     ``(row_scales, row_codes, col_scales, col_codes)`` of quantize_dual (row-major, unpacked;
     None for an orientation not asked for), for checking against mxref. This is what a GEMM on
     dequantized tiles multiplies (the training fast path: one launch per tensor instead of a
-    quantize, a dequantize and two casts per orientation)."""
+    quantize, a dequantize and two casts per orientation). On the GPU a repeated call launches
+    the compiled kernel directly (see :func:`_launch_qdq`)."""
     if isinstance(x, torch.Tensor) and x.dtype in _SRC and x.ndim == 2 and x.is_contiguous() \
             and x.shape[0] < 2**31 - 2**16 and x.shape[1] < 2**31 - 2**16:
         bits = x.view(torch.int32 if x.dtype == torch.float32 else torch.int16)   # hot path
@@ -833,35 +836,88 @@ def quantize_dequantize(x: torch.Tensor, fmt: str, profile="ocp", *, rows: bool 
     if out_dtype not in _OUT:
         raise KernelUnsupported(f"out_dtype {out_dtype}: quantize_dequantize writes bfloat16 "
                                 "or float32")
-    src = {0: "float32", 1: "bfloat16", 2: "float16"}[_SRC[x.dtype]]
     R, C = x.shape
     br, bc = _tiles(R, C, None, block_rows, block_cols, True)
-    ce = qdq_constexprs(fmt, profile, src, rows=rows, cols=cols, with_codes=with_codes,
-                        out_dtype=_OUT[out_dtype], block_rows=br, block_cols=bc)
     _check_local_offsets(br, C)
+    nw = num_warps if num_warps is not None else (None if INTERPRETED else 4)
+    ce = _qdq_ce(x.dtype, fmt, profile, rows, cols, with_codes, out_dtype, br, bc)
     dev = x.device
     rv = torch.empty((R, C), dtype=out_dtype, device=dev) if rows else None
     cv = torch.empty((R, C), dtype=out_dtype, device=dev) if cols else None
     q = None
     dummy = rv if rv is not None else cv
-    ptrs = [dummy] * 4
+    ptrs = (dummy,) * 4
     if with_codes:
         q = (torch.empty((R, -(-C // 32)), dtype=torch.uint8, device=dev) if rows else None,
              torch.empty((R, C), dtype=torch.uint8, device=dev) if rows else None,
              torch.empty((-(-R // 32), C), dtype=torch.uint8, device=dev) if cols else None,
              torch.empty((R, C), dtype=torch.uint8, device=dev) if cols else None)
-        ptrs = [t if t is not None else dummy for t in q]
+        ptrs = tuple(t if t is not None else dummy for t in q)
     if R and C:
-        grid = (triton.cdiv(R, br) * triton.cdiv(C, bc),)
-        kw = {}
-        if num_warps is not None:
-            kw["num_warps"] = num_warps
-        elif not INTERPRETED:
-            kw["num_warps"] = 4
-        mx_qdq_kernel[grid](bits, rv if rv is not None else dummy,
-                            cv if cv is not None else dummy, *ptrs, R, C, **ce, **kw)
+        _launch_qdq(triton.cdiv(R, br) * triton.cdiv(C, bc), ce, nw,
+                    (bits, rv if rv is not None else dummy, cv if cv is not None else dummy,
+                     *ptrs, R, C))
     return rv, cv, q
 
+
+@memo
+def _qdq_ce(dtype, fmt, profile, rows, cols, with_codes, out_dtype, br, bc):
+    """(constexpr dict, their values in mx_qdq_kernel's parameter order) of one configuration."""
+    src = {0: "float32", 1: "bfloat16", 2: "float16"}[_SRC[dtype]]
+    ce = qdq_constexprs(fmt, profile, src, rows=rows, cols=cols, with_codes=with_codes,
+                        out_dtype=_OUT[out_dtype], block_rows=br, block_cols=bc)
+    names = mx_qdq_kernel.arg_names
+    if set(names[9:]) != set(ce):
+        raise KeyError(f"mx_qdq_kernel's constexprs {names[9:]} are not qdq_constexprs' {sorted(ce)}")
+    return ce, tuple(ce[n] for n in names[9:])
+
+
+# A launch through ``jitfn[grid](...)`` costs tens of microseconds of Python (argument binding,
+# the specialization key, the kernel-cache lookup); the training step makes three per linear
+# layer. After the first launch of a configuration its CompiledKernel is kept here, keyed by
+# everything Triton specializes on for these arguments (dtypes and constexprs via the config,
+# the alignment of each pointer and the value classes of the two ints), and later launches call
+# its launcher with the same arguments JITFunction.run passes. Only on a GPU, only while no
+# launch hook is installed (a profiler's), on CUDA (ROCm specializes on more, e.g. buffer-op
+# pointer ranges); MXK_LAUNCH_CACHE=0 turns it off.
+_LAUNCHED: dict = {}
+_LAUNCH_CACHE = [os.environ.get("MXK_LAUNCH_CACHE", "1") != "0" and torch.version.hip is None]
+
+
+def _int_class(n: int) -> int:
+    return 1 if n == 1 else (16 if n % 16 == 0 else 0)
+
+
+def _launch_qdq(grid: int, ce, nw, args) -> None:
+    ce_kw, ce_vals = ce
+    if INTERPRETED or not _LAUNCH_CACHE[0]:
+        mx_qdq_kernel[(grid,)](*args, **ce_kw, **({} if nw is None else {"num_warps": nw}))
+        return
+    drv = _active_driver()
+    dev = drv.get_current_device()          # what JITFunction.run launches on
+    key = (id(ce_kw), nw, dev, _int_class(args[7]), _int_class(args[8]),
+           *(t.data_ptr() % 16 == 0 for t in args[:7]))
+    hit = _LAUNCHED.get(key)
+    if hit is not None and hit[0] is ce_kw and _no_hooks():
+        k = hit[1]
+        k.run(grid, 1, 1, drv.get_current_stream(dev), k.function, k.packed_metadata, None,
+              None, None, *args, *ce_vals)
+        return
+    k = mx_qdq_kernel[(grid,)](*args, **ce_kw, num_warps=nw)
+    if hasattr(k, "packed_metadata") and hasattr(k, "function"):
+        _LAUNCHED[key] = (ce_kw, k)     # the dict held: its id cannot be reused while keyed
+
+
+def _no_hooks() -> bool:
+    """No launch hook installed: triton 3.x keeps them in knobs.runtime as None or as an empty
+    HookChain (``.calls``); any other value sends launches through the JIT, which calls it."""
+    rt = getattr(getattr(triton, "knobs", None), "runtime", None)
+    return rt is not None and all(h is None or getattr(h, "calls", True) == []
+                                  for h in (rt.launch_enter_hook, rt.launch_exit_hook))
+
+
+def _active_driver():
+    return triton.runtime.driver.active
 
 
 # =========================================================================================

@@ -37,7 +37,8 @@ def check(rng) -> dict:
     for fmt, prof in tf.FAST_COMBOS:
         if prof not in ("ocp", "rceil"):
             continue
-        for od in (torch.float32, torch.bfloat16):
+        for od, rep in ((a, b) for a in (torch.float32, torch.bfloat16) for b in range(2)):
+            # rep 1 launches through the cached launcher (tf._LAUNCHED), rep 0 through the JIT
             rv, cv, q = tf.quantize_dequantize(torch.from_numpy(x).cuda(), fmt, prof, rows=True,
                                                cols=True, out_dtype=od, with_codes=True)
             bad = 0
@@ -49,7 +50,7 @@ def check(rng) -> dict:
                               (g.isnan() & e.isnan()))).sum())
                 bad += int((sc.cpu().numpy() != mx.scales).sum())
                 bad += int((cd.cpu().numpy() != mx.codes).sum())
-            res[f"{fmt}/{prof}/{str(od).split('.')[-1]}"] = bad
+            res[f"{fmt}/{prof}/{str(od).split('.')[-1]}/{'cached' if rep else 'jit'}"] = bad
     return res
 
 
@@ -135,9 +136,14 @@ def host() -> dict:
             y.sum().backward()
         return f
 
-    res = {
-        "quantize_dequantize": per_call(lambda: tf.quantize_dequantize(x, "mxfp4", "ocp",
-                                                                       rows=True, cols=True)),
+    def qdq():
+        return tf.quantize_dequantize(x, "mxfp4", "ocp", rows=True, cols=True)
+
+    tf._LAUNCH_CACHE[0] = False
+    res = {"quantize_dequantize_jit": per_call(qdq), "mxlinear_fast_fwd_bwd_jit": per_call(fb(mx), 500)}
+    tf._LAUNCH_CACHE[0] = True
+    res |= {
+        "quantize_dequantize": per_call(qdq),
         "raw_jit_launch": per_call(lambda: tf.mx_qdq_kernel[(1,)](bits, rv, cv, rv, rv, rv, rv,
                                                                   64, 64, **ce, num_warps=4)),
         "torch_empty_x2": per_call(lambda: (torch.empty(64, 64, device="cuda"),
