@@ -11,8 +11,13 @@
 #   qdq      scripts/gpu_qdq_check.py: fake-quantization kernel bits + capture + timing <= 150 s
 #   pstep    scripts/gpu_profile_step.py: one llama-125m step per recipe, profiled  <= 200 s
 # Pass MXREF_COMMIT as the literal hash from your checkout (MXREF_COMMIT=<40 hex>): the device's
-# .git can be stale, so $(git rev-parse HEAD) run ON the device stamps an old commit (session 7:
-# submit cannot tell). MXREF_DIRTY=0 only when the tree sent is exactly that commit.
+# .git can be stale, so $(git rev-parse HEAD) run ON the device stamps an old commit.
+# MXREF_DIRTY=0 only when the tree sent is exactly that commit. Records also carry git.tree, the
+# tree hash of the files on the device (taken when each `leaderboard run` starts), and
+# `mxref leaderboard submit` checks it against the commit's tree in the store's repository: a
+# wrong MXREF_COMMIT, or MXREF_DIRTY=0 over modified or untracked files, is rejected (the commit
+# must be in your local repository). Keep OUT outside the checkout (or under an ignored path such
+# as runs/): files an earlier part writes into the checkout would enter the next part's tree.
 # Every part runs under its own timeout; the exit code is the number of failed parts.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_leaderboard.sh OUTDIR PART...}

@@ -136,20 +136,24 @@ def run_train_cmd(out, model, recipes, tokens, seed, device, seq_len, batch_size
 @click.option("--dry-run", is_flag=True, help="Check only; write nothing.")
 @click.option("--json", "as_json", is_flag=True)
 def submit_cmd(paths, store, allow_dirty, dry_run, as_json):
-    """Validate records (schema, hashes, verify status) and accept the good ones into STORE."""
-    from .submit import accept, check_record, record_files
+    """Validate records (schema, hashes, verify status, commit vs files) and accept the good
+    ones into STORE. Commits are looked up in the git checkout STORE lives in."""
+    from .submit import accept, check_record, record_files, store_repo
     files = record_files(paths)
     if not files:
         _fail("no record files under " + ", ".join(paths))
+    repo = store_repo(store)
     rows, lines = [], []
     for p in files:
-        v = check_record(p, allow_dirty=allow_dirty)
-        row = {"path": str(p), "accepted": v.ok, "problems": v.problems}
+        v = check_record(p, allow_dirty=allow_dirty, repo=repo)
+        row = {"path": str(p), "accepted": v.ok, "problems": v.problems,
+               "warnings": v.warnings}
         if v.ok and not dry_run:
             row["stored"] = str(accept(v, Path(store)))
         rows.append(row)
         lines.append(("ACCEPT " if v.ok else "REJECT ") + str(p) +
-                     "".join(f"\n    - {x}" for x in v.problems))
+                     "".join(f"\n    - {x}" for x in v.problems) +
+                     "".join(f"\n    ~ {x}" for x in v.warnings))
     n_bad = sum(not r["accepted"] for r in rows)
     _emit({"accepted": len(rows) - n_bad, "rejected": n_bad, "records": rows}, as_json,
           "\n".join(lines) + f"\n{len(rows) - n_bad} accepted, {n_bad} rejected"
@@ -166,10 +170,11 @@ def build_cmd(store, out, as_json):
     """LEADERBOARD.md, index.html (sortable tables, plots) and CSV from the stored records.
     Every record is re-checked; records that fail are listed as rejected, not shown."""
     from .build import build_site
-    from .submit import check_record, record_files
+    from .submit import check_record, record_files, store_repo
     good, rejected = [], []
+    repo = store_repo(store)
     for p in record_files([store]):
-        v = check_record(p, current_golden=False, allow_dirty=True)
+        v = check_record(p, current_golden=False, allow_dirty=True, repo=repo)
         if v.ok:
             good.append(v.record)
         else:

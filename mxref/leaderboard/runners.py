@@ -9,7 +9,8 @@ writes ``OUT/records/<suite>/<machine>/<entry>.json`` plus ``OUT/verify/<sha256>
 * ``train`` — training recipes: ``mxref train`` of bf16 and each recipe on the same data order,
   with in-run validation; the records carry step time, tokens/s, the ratio to bf16 and dL.
 
-The commands run from a repository checkout (bench/ is not installed with the package).
+The commands run from a repository checkout (bench/ is not installed with the package). Each
+takes the commit and the tree hash of the files (``record.git_state``) before it writes anything.
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import sys
 from pathlib import Path
 
 from ..errors import MXRefError
-from .record import REPO, file_sha256, make_record, run_env, slug
+from .record import REPO, file_sha256, git_state, make_record, run_env, slug
 from .submit import store_path
 
 
@@ -54,6 +55,13 @@ def _run(cmd, log, env=None, timeout=None):
         proc = subprocess.run([str(c) for c in cmd], cwd=REPO, env=e, stdout=f,
                               stderr=subprocess.STDOUT, timeout=timeout, check=False)
     return proc.returncode
+
+
+def _files_state() -> None:
+    """Take the commit and the tree hash of the files now, before the run writes anything (an
+    --out inside the checkout would otherwise enter the tree); `git_state` caches it for the
+    records made at the end of the run."""
+    git_state()
 
 
 def _need_checkout(*rel):
@@ -90,6 +98,7 @@ def _verify_ref(report, rel, sha, backend):
 
 # ---------------------------------------------------------------------------------------------
 def run_cpu(out: Path, *, size: int, rounds: int, command: list[str]) -> list[Path]:
+    _files_state()
     _need_checkout("bench/test_bench_quantize.py")
     out.mkdir(parents=True, exist_ok=True)
     log = out / "run.log"
@@ -155,6 +164,7 @@ GPU_OPS = ["quantize_mx", "quantize_mx_sr", "quantize_rotated", "dequantize", "m
 
 
 def run_gpu(out: Path, *, size: int, repeats: int, levels, command: list[str]) -> list[Path]:
+    _files_state()
     _need_checkout("bench/gpu_kernels.py")
     out.mkdir(parents=True, exist_ok=True)
     log = out / "run.log"
@@ -218,6 +228,7 @@ def ingest_gpu(out: Path, doc: dict, report: dict, rel: str, sha: str, command) 
 def run_train(out: Path, *, model: str, recipes: list[str], tokens: int, seed: int,
               device: str, seq_len: int, batch_size: int, validate_every: int, threads: int,
               command: list[str]) -> list[Path]:
+    _files_state()
     out.mkdir(parents=True, exist_ok=True)
     log = out / "run.log"
     runs = {}

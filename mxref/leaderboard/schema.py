@@ -1,9 +1,10 @@
 """The leaderboard record: one JSON document per entry (schema ``mxref-leaderboard/1``).
 
 A record says what was timed (suite, entry, op/format/profile), how (the exact command, the
-machine, the packages, the git commit, the golden suite and its manifest hash), what was measured
-(the median of each repeat, their median and relative spread, the roofline and peers measured in
-the same run) and why it may be trusted (the verify report of the same run, by content hash).
+machine, the packages, the git commit and the tree of the files run, the golden suite and its
+manifest hash), what was measured (the median of each repeat, their median and relative spread,
+the roofline and peers measured in the same run) and why it may be trusted (the verify report
+of the same run, by content hash).
 ``record_sha256`` is the SHA-256 of the canonical JSON of the record without that key.
 
 The JSON Schema below is the contract; docs/leaderboard.md explains every field.
@@ -95,7 +96,10 @@ RECORD_SCHEMA = {
                      "additionalProperties": {"type": "string"}},
         "git": {"type": "object", "required": ["commit", "dirty"],
                 "properties": {"commit": {"type": "string", "pattern": "^[0-9a-f]{7,40}$"},
-                               "dirty": {"type": "boolean"}}},
+                               "dirty": {"type": "boolean"},
+                               # the files' git tree (record.tree_hash); absent in old records
+                               "tree": {"type": ["string", "null"],
+                                        "pattern": "^[0-9a-f]{40}$"}}},
         "golden": {"type": "object", "required": ["suite", "suite_version", "manifest_sha256"],
                    "properties": {"suite": _str, "suite_version": _str, "manifest_sha256": _sha}},
         "command": {"type": "array", "items": {"type": "string"}, "minItems": 1},

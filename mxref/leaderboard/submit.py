@@ -13,7 +13,13 @@ Checks (each failure is one reason in the rejection):
    record's op, format and profile (``in-run-validation``: a checks.jsonl with at least one check,
    every one ok);
 5. the record's golden suite is the store's (the repository's golden/MANIFEST.json), and the
-   build was a clean checkout (``git.dirty`` false) unless the caller allows dirty builds.
+   build was a clean checkout (``git.dirty`` false) unless the caller allows dirty builds;
+6. ``git.tree`` (the tree hash of the files the run had on disk) is the tree of ``git.commit``
+   in the store's repository: a wrong commit (a stale ``.git`` on a device, a wrong
+   MXREF_COMMIT) or files that differ from it while ``git.dirty`` says clean are caught here.
+   A commit this repository does not hold cannot be checked and is rejected. A dirty record's
+   tree is not compared (the dirty rule speaks for it); records without a tree (made before
+   trees were recorded) are accepted with a warning.
 
 These checks catch edits, missing or foreign evidence and inconsistent numbers. They cannot stop a
 forger who re-runs the hashing by hand; `mxref leaderboard reproduce` re-runs the recorded command,
@@ -28,7 +34,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .record import file_sha256, golden_state, record_hash, slug
+from .record import REPO, file_sha256, git_output, golden_state, record_hash, slug
 from .schema import SCHEMA, schema_problems
 
 VERIFY_SCHEMA = "mxref-verify/1"
@@ -41,6 +47,7 @@ class Verdict:
     record: dict | None
     problems: list[str] = field(default_factory=list)
     evidence: Path | None = None
+    warnings: list[str] = field(default_factory=list)     # accepted, but worth saying
 
     @property
     def ok(self) -> bool:
@@ -167,8 +174,37 @@ def evidence_problems(rec: dict, path: Path, roots=()) -> tuple[list[str], Path 
     return out, p
 
 
+def tree_problems(rec: dict, repo=REPO) -> list[str]:
+    """The record's ``git.tree`` against its commit's tree in `repo` (empty when they agree,
+    when the record has no tree, or when it is dirty: then the tree differs by design)."""
+    g = rec["git"]
+    tree, commit = g.get("tree"), g["commit"]
+    if not tree:
+        return []
+    want = git_output(repo, "rev-parse", "--verify", "-q", f"{commit}^{{commit}}^{{tree}}")
+    if not want:
+        return [(f"commit {commit} is not in this repository ({repo}): cannot check the "
+                 "record's tree")]
+    if want != tree and not g["dirty"]:
+        return [(f"the run's files (tree {tree}) are not commit {commit}'s (tree {want}): the "
+                 "record's commit is wrong or the tree was modified (edited or untracked files)")]
+    return []
+
+
+def store_repo(store) -> Path:
+    """The git checkout a store lives in (its first existing ancestor's top level), else the
+    repository this package was loaded from."""
+    p = Path(store).resolve()
+    while not p.exists() and p != p.parent:
+        p = p.parent
+    top = git_output(p, "rev-parse", "--show-toplevel")
+    return Path(top) if top else REPO
+
+
 def check_record(path, *, roots=(), current_golden=True, allow_dirty=False,
-                 golden_root=None) -> Verdict:
+                 golden_root=None, repo=REPO) -> Verdict:
+    """Every reason `path` may not enter a store (module docstring); `repo` is the checkout the
+    record's commit is looked up in."""
     path = Path(path)
     try:
         rec = json.loads(path.read_text())
@@ -199,6 +235,10 @@ def check_record(path, *, roots=(), current_golden=True, allow_dirty=False,
                               f"{g['suite']}@{g['suite_version']} ({g['manifest_sha256'][:12]}...)")
     if rec["git"]["dirty"] and not allow_dirty:
         v.problems.append("built from a dirty tree (git.dirty): not reproducible from its commit")
+    v.problems += tree_problems(rec, repo)
+    if not rec["git"].get("tree"):
+        v.warnings.append("no git.tree: the commit is the run's word, not checked against the "
+                          "files")
     return v
 
 
