@@ -107,12 +107,15 @@ class MXLinear(torch.nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not self.recipe.quantized and self._capture is None:
             return F.linear(x, self.weight, self.bias)
-        if FAST_PATH[0] and _resolve_backend(self.backend, x.device) == "triton":
-            if self._plan_recipe is not self.recipe:
-                self._plan, self._plan_recipe = fast_plan(self.recipe), self.recipe
-            plan = self._plan
-            if plan is not None:
-                return _MXLinearFastFn.apply(x, self.weight, self.bias, self, plan)
+        if FAST_PATH[0]:
+            c = self._plan_recipe                   # (recipe, backend, device type) planned
+            if c is None or c[0] is not self.recipe or c[1] != self.backend or \
+                    c[2] != x.device.type:
+                self._plan = fast_plan(self.recipe) \
+                    if _resolve_backend(self.backend, x.device) == "triton" else None
+                self._plan_recipe = (self.recipe, self.backend, x.device.type)
+            if self._plan is not None:
+                return _MXLinearFastFn.apply(x, self.weight, self.bias, self, self._plan)
         return _MXLinearFn.apply(x, self.weight, self.bias, self)
 
 
