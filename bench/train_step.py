@@ -23,6 +23,7 @@ import platform
 import re
 import resource
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -43,6 +44,23 @@ def _sync(device):
         torch.cuda.synchronize(device)
 
 
+_ALLOC_STATS = ("num_device_alloc", "num_device_free", "num_alloc_retries",
+                "num_sync_all_streams")
+
+
+_GC_STEP: dict = {}      # this step's garbage collections: "gen<N>" -> [count, seconds]
+_GC_T0 = [0.0]
+
+
+def _gc_callback(phase, info):
+    if phase == "start":
+        _GC_T0[0] = time.perf_counter()
+        return
+    e = _GC_STEP.setdefault(f"gen{info['generation']}", [0, 0.0])
+    e[0] += 1
+    e[1] += time.perf_counter() - _GC_T0[0]
+
+
 def main(argv=None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", default="llama-125m")
@@ -56,10 +74,13 @@ def main(argv=None) -> dict:
     ap.add_argument("--device", default="auto")
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--out", default="bench/results")
-    ap.add_argument("--gc", choices=["auto", "manual"], default="auto",
-                    help="Python garbage collection: 'auto' (CPython's default thresholds) or "
+    ap.add_argument("--gc", choices=["auto", "manual", "freeze"], default="auto",
+                    help="Python garbage collection: 'auto' (CPython's default thresholds), "
                          "'manual' (as torchtitan's gc_freq: automatic collection off, a "
-                         "generation-1 collection after each round, outside the timed steps).")
+                         "generation-1 collection after each round, outside the timed steps) or "
+                         "'freeze' (automatic collection on, every object alive after warm-up "
+                         "moved out of its reach by gc.freeze(): a full collection then scans "
+                         "only what the steps allocate).")
     ap.add_argument("--generic", default="",
                     help="Comma-separated recipes to also time on the generic MXLinear path "
                          "(the fast path switched off), as arms named RECIPE:generic.")
@@ -97,7 +118,7 @@ def main(argv=None) -> dict:
             from mxkernels.training.mxlinear import swap_linears
             swapped = swap_linears(model, recipe, backend=a.backend)
         arms[name] = {"model": model, "opt": make_optimizer(model, cfg), "swapped": len(swapped),
-                      "times": [], "quant": [], "peak": [], "error": None,
+                      "times": [], "host": [], "host_parts": [], "gc": [], "alloc": [], "quant": [], "peak": [], "error": None,
                       "fast": not name.endswith(":generic")}
     counts = param_counts(next(iter(arms.values()))["model"])
 
@@ -111,21 +132,29 @@ def main(argv=None) -> dict:
         if device.type == "cuda":
             torch.cuda.reset_peak_memory_stats(device)
             resident = torch.cuda.memory_allocated(device)
+            before = torch.cuda.memory_stats(device)
         _sync(device)
+        _GC_STEP.clear()
         t0 = time.perf_counter()
         with quant_timer(timer) if not timed else nullcontext():
             with autocast():
                 _, loss, _ = lm_loss(model, tokens)
+            t_fwd = time.perf_counter()
             loss.backward()
+        t_bwd = time.perf_counter()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        t_end = time.perf_counter()         # the host's part: every launch enqueued
+        host = (t_end - t0, t_fwd - t0, t_bwd - t_fwd, t_end - t_bwd)
         _sync(device)
         dt = time.perf_counter() - t0
         peak = torch.cuda.max_memory_allocated(device) - resident if device.type == "cuda" else None
-        if device.type == "cuda":
-            arm["device_allocs"] = torch.cuda.memory_stats(device).get("num_device_alloc", 0)
-        return dt, timer.seconds(), peak
+        alloc = None
+        if device.type == "cuda":     # caching-allocator events during the step (cudaMalloc /
+            st = torch.cuda.memory_stats(device)    # cudaFree calls, retries after a failure)
+            alloc = {k: st.get(k, 0) - before.get(k, 0) for k in _ALLOC_STATS}
+        return dt, timer.seconds(), peak, host, alloc
 
     def batch(i):
         return torch.from_numpy(sampler.batch(i)).to(device)
@@ -142,9 +171,10 @@ def main(argv=None) -> dict:
         print(f"[train_step] warm-up {name}: {arm['warmup_s']} s", file=sys.stderr)
     live = [n for n in recipes if arms[n]["error"] is None]
     import gc
-    if a.gc == "manual":
+    gc.callbacks.append(_gc_callback)
+    if a.gc in ("manual", "freeze"):
         gc.collect()
-        gc.disable()
+        (gc.disable if a.gc == "manual" else gc.freeze)()
     for r in range(a.steps):
         tokens = batch(a.warmup + r)
         order = live[r % len(live):] + live[:r % len(live)]
@@ -153,21 +183,27 @@ def main(argv=None) -> dict:
             if arm["error"]:
                 continue
             try:
-                dt, _, peak = step(arm, tokens)
+                dt, _, peak, host, alloc = step(arm, tokens)
             except Exception as e:  # noqa: BLE001
                 arm["error"] = f"{type(e).__name__}: {e}"
                 continue
             arm["times"].append(dt)
+            arm["host"].append(host[0])
+            arm["host_parts"].append(host[1:])
+            arm["gc"].append(dict(_GC_STEP))
+            arm["alloc"].append(alloc)
             arm["peak"].append(peak)
         if a.gc == "manual":
             gc.collect(1)
         print(f"[train_step] round {r + 1}/{a.steps}", file=sys.stderr)
     gc.enable()
+    gc.unfreeze()
+    gc.callbacks.remove(_gc_callback)
 
     for name in live:       # quantization share: separate, untimed steps with the timer on
         arm = arms[name]
         for r in range(2 if arm["times"] and not arm["error"] else 0):
-            dt, q, _ = step(arm, batch(a.warmup + a.steps + r), timed=False)
+            dt, q, _, _, _ = step(arm, batch(a.warmup + a.steps + r), timed=False)
             arm["quant"].append(q / dt)
     tok = a.seq_len * a.batch_size
     base = float(np.median(arms["bf16"]["times"])) if arms["bf16"]["times"] else None
@@ -176,13 +212,19 @@ def main(argv=None) -> dict:
     for name in recipes:
         arm = arms[name]
         row = {"recipe": name, "swapped_linears": arm["swapped"], "error": arm["error"],
-               "step_times_s": arm["times"],
+               "step_times_s": arm["times"], "host_enqueue_s": arm["host"],
+               "allocator_events": arm["alloc"],
+               "host_fwd_bwd_opt_s": arm["host_parts"],
+               "gc_collections": arm["gc"],
                "warmup_s": arm.get("warmup_s"), "rounds": len(arm["times"])}
         if arm["times"]:
             med = float(np.median(arm["times"]))
             peaks = [p for p in arm["peak"] if p is not None]
             row.update({
                 "median_step_s": med, "min_step_s": float(np.min(arm["times"])),
+                # a step whose host enqueue time nears its wall time is host-bound: any host
+                # hiccup then shows in the step time
+                "median_host_enqueue_s": float(np.median(arm["host"])),
                 "tokens_per_s": tok / med,
                 "step_time_ratio_vs_bf16": med / base if base else None,
                 "quant_share_median": float(np.median(arm["quant"])) if arm["quant"] else None,
@@ -196,6 +238,7 @@ def main(argv=None) -> dict:
            "precision": a.precision, "backend": a.backend, "rounds": a.steps, "gc": a.gc,
            "warmup": a.warmup, "device": env, "cpu_ru_maxrss_bytes":
            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+           "python_threads": [t.name for t in threading.enumerate()],
            "when": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": platform.node(), "results": rows}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -207,15 +250,18 @@ def main(argv=None) -> dict:
           "", f"torch {env['torch']}, triton {env.get('triton')}, transformers "
           f"{env['transformers']}, commit {env['git_commit']}; medians of {a.steps} alternating "
           f"rounds after warm-up; Python GC {a.gc}.", "",
-          "| recipe | step (ms) | tokens/s | step time / bf16 | quant share | step peak mem (GiB) "
-          "| mem / bf16 | warm-up (s) | note |", "|---|---|---|---|---|---|---|---|---|"]
+          "| recipe | step (ms) | host enqueue (ms) | min step (ms) | tokens/s | step time / bf16 "
+          "| quant share | step peak mem (GiB) | mem / bf16 | warm-up (s) | note |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "median_step_s" not in r:
-            md.append(f"| {r['recipe']} | - | - | - | - | - | - | {r['warmup_s']} | "
+            md.append(f"| {r['recipe']} | - | - | - | - | - | - | - | - | {r['warmup_s']} | "
                       f"{r['error']} |")
             continue
         pk = r["step_peak_mem_bytes"]
-        md.append(f"| {r['recipe']} | {1e3 * r['median_step_s']:.1f} | {r['tokens_per_s']:,.0f} | "
+        md.append(f"| {r['recipe']} | {1e3 * r['median_step_s']:.1f} | "
+                  f"{1e3 * r['median_host_enqueue_s']:.1f} | {1e3 * r['min_step_s']:.1f} | "
+                  f"{r['tokens_per_s']:,.0f} | "
                   f"{r['step_time_ratio_vs_bf16']:.2f} | {r['quant_share_median'] if r['quant_share_median'] is not None else float('nan'):.2f} | "
                   f"{pk / 2**30 if pk else float('nan'):.2f} | "
                   f"{r['step_peak_mem_ratio_vs_bf16'] or float('nan'):.2f} | {r['warmup_s']} | "
