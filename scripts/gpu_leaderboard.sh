@@ -42,5 +42,6 @@ for p in "$@"; do
   esac
 done
 # the device returns files only a few folders deep: the records travel as one archive
-[ -d "$OUT/lb" ] && tar czf "$OUT/lb.tgz" -C "$OUT" lb && echo "records: $OUT/lb.tgz"
+[ -d "$OUT/lb" ] && tar czf "$OUT/lb.tgz" -C "$OUT" --exclude=lb/runs lb && echo "records: $OUT/lb.tgz"
+# (lb/runs, the training runs with their checkpoints, is too large to come back)
 exit $fails
