@@ -42,6 +42,11 @@ def clean_build(monkeypatch):
 
 @pytest.fixture(scope="module")
 def report_doc():
+    return passing_report()
+
+
+def passing_report() -> dict:
+    """A passing verify report (numba, L0 quantize_mx mxfp4 ocp) stamped COMMIT."""
     from mxref.verify import run as vrun
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MXREF_COMMIT", COMMIT)

@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-from test_leaderboard import COMMIT, _record
+from test_leaderboard import _record, passing_report
 
-from mxref.backends.registry import get_backend
 from mxref.cli import main
 from mxref.leaderboard import record as rmod
 from mxref.leaderboard.record import git_state, seal, tree_hash
@@ -27,7 +26,6 @@ from mxref.leaderboard.submit import (
     store_repo,
     tree_problems,
 )
-from mxref.verify.run import verify
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",
            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@example.org"}
@@ -47,17 +45,7 @@ def _objects(repo) -> list[str]:
 
 @pytest.fixture(scope="module")
 def report_doc():
-    """A passing verify report (numba, L0 quantize_mx mxfp4 ocp), as in test_leaderboard.py."""
-    from mxref.verify import run as vrun
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MXREF_COMMIT", COMMIT)
-        mp.setenv("MXREF_DIRTY", "0")
-        vrun._git.cache_clear()
-        rep = verify(get_backend("numba"), levels=(0,), ops=["quantize_mx"], formats=["mxfp4"],
-                     profiles=["ocp"])
-        vrun._git.cache_clear()
-    assert rep.doc["status"] == "pass"
-    return rep.doc
+    return passing_report()
 
 
 @pytest.fixture
@@ -222,11 +210,18 @@ def test_cli_submit_looks_commits_up_in_the_stores_repository(tmp_path, repo, re
     assert r.exit_code == 1 and "is not in this repository" in r.output, r.output
 
 
-def test_committed_records_without_a_tree_still_pass():
-    """The store's records predate git.tree: they validate unchanged (same record_sha256)."""
+def test_committed_records_pass_with_or_without_a_tree():
+    """The store's older records predate git.tree: they validate unchanged, with a warning.
+    The newer ones carry it, and it is their commit's tree (checked in this repository)."""
     files = record_files([STORE])
-    assert len(files) >= 35
+    assert len(files) >= 43
+    with_tree = 0
     for p in files:
         v = check_record(p, current_golden=False, allow_dirty=True)
         assert v.ok, (p, v.problems)
-        assert "tree" not in v.record["git"] and v.warnings
+        if v.record["git"].get("tree"):
+            with_tree += 1
+            assert not v.warnings, (p, v.warnings)
+        else:
+            assert v.warnings, p
+    assert with_tree >= 36          # the 32 kernels at adf759a and 4 training runs at 05257b4
