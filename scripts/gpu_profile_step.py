@@ -6,45 +6,19 @@ CUDA kernels by total device time and the step's wall time against its summed ke
 """
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
+from _step_arms import arms, parser
 from torch.profiler import ProfilerActivity, profile
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--model", default="llama-125m")
-    ap.add_argument("--seq-len", type=int, default=1024)
-    ap.add_argument("--batch-size", type=int, default=16)
-    ap.add_argument("--recipes", default="bf16,mxfp4-fdw")
+    ap = parser(__doc__)
     ap.add_argument("--top", type=int, default=22)
     a = ap.parse_args()
-    from mxkernels.training.data import BatchSampler, load_corpus
-    from mxkernels.training.mxlinear import swap_linears
-    from mxkernels.training.models import build_model
-    from mxkernels.training.trainer import TrainConfig, lm_loss, make_optimizer, resolve_recipe
-    dev = torch.device("cuda")
-    corpus = load_corpus("stdlib")
-    sampler = BatchSampler(corpus.train, a.seq_len, a.batch_size, seed=0)
-    tokens = torch.from_numpy(sampler.batch(0)).to(dev)
     per = {}
-    for name in a.recipes.split(","):
-        recipe = resolve_recipe(name, 0)
-        model = build_model(a.model, corpus.vocab_size, seed=0, max_seq_len=a.seq_len, device=dev)
-        if recipe.quantized:
-            swap_linears(model, recipe)
-        opt = make_optimizer(model, TrainConfig(model=a.model, lr=1e-4))
-
-        def step(model=model, opt=opt):
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                _, loss, _ = lm_loss(model, tokens)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
+    for name, step in arms(a):
         for _ in range(3):
             step()
         torch.cuda.synchronize()
@@ -65,8 +39,6 @@ def main():
             if e.self_device_time_total > 0 and e.device_type == torch.autograd.DeviceType.CUDA:
                 kern[e.key] = (e.self_device_time_total / 1e3, e.count)
         per[name] = kern
-        del model, opt
-        torch.cuda.empty_cache()
 
     names = list(per)
     if len(names) >= 2:
