@@ -75,6 +75,27 @@ def test_tiny_model_learns_and_writes_the_run_directory(tmp_path):
     assert time.perf_counter() - t0 < 120
 
 
+def test_quantization_is_timed_on_every_nth_step_only(tmp_path):
+    """quant_time_every=3: the timer (CUDA events around each quantize op on a GPU; host work
+    of its own) runs on steps 0, 3, 6 only, and those steps stay out of the median step time;
+    the trajectory does not depend on it (quant_time_every is not part of the run identity)."""
+    s = train(_cfg(tmp_path / "r", recipe="mxfp4-fdw", tokens=128 * 7, quant_time_every=3))
+    recs = [json.loads(x) for x in (tmp_path / "r" / "log.jsonl").read_text().splitlines()]
+    timed = [r["step"] for r in recs if "quant_share" in r]
+    assert timed == [0, 3, 6]
+    assert all(0 < r["quant_share"] <= 1 for r in recs if "quant_share" in r)
+    untimed = sorted(r["step_time_s"] for r in recs if r["step"] not in (0, 3, 6))
+    assert s["median_step_time_s"] == pytest.approx(
+        (untimed[1] + untimed[2]) / 2, rel=1e-3, abs=2e-6)       # median of steps 1 2 4 5
+    assert s["median_quant_share"] == pytest.approx(
+        sorted(r["quant_share"] for r in recs if r["step"] in (3, 6))[0] / 2 +
+        sorted(r["quant_share"] for r in recs if r["step"] in (3, 6))[1] / 2)
+    s0 = train(_cfg(tmp_path / "r0", recipe="mxfp4-fdw", tokens=128 * 7, quant_time_every=0))
+    recs0 = [json.loads(x) for x in (tmp_path / "r0" / "log.jsonl").read_text().splitlines()]
+    assert not any("quant_share" in r for r in recs0) and s0["median_quant_share"] is None
+    assert [r["loss"] for r in recs0] == [r["loss"] for r in recs]
+
+
 def test_kill_9_then_resume_reproduces_the_uninterrupted_losses_bit_for_bit(tmp_path):
     steps = 16
     ref = tmp_path / "ref"
@@ -203,6 +224,7 @@ def test_failed_in_run_check_stops_with_a_typed_error(tmp_path, monkeypatch):
     (dict(validate_every=5), TrainingConfigError, "quantized recipe"),
     (dict(batch_size=6, grad_accum=4), TrainingConfigError, "divisible"),
     (dict(tokens=10), TrainingConfigError, "less than one step"),
+    (dict(quant_time_every=-1), TrainingConfigError, "quant_time_every"),
 ])
 def test_bad_options_are_typed_errors(tmp_path, kw, err, needle):
     with pytest.raises(err, match=needle):

@@ -76,6 +76,10 @@ def _train_options(f):
         click.option("--keep-checkpoints", type=click.IntRange(1), default=2, show_default=True),
         click.option("--validate-every", type=click.IntRange(0), default=0, show_default=True,
                      help="Check one MX layer (rotating) against mxref every N steps."),
+        click.option("--quant-time-every", type=click.IntRange(0), default=5, show_default=True,
+                     help="Time the quantization ops (CUDA events: host work of their own) on "
+                          "every Nth step; those steps stay out of the median step time "
+                          "(0: never)."),
         click.option("--threads", type=click.IntRange(0), default=0, show_default=True,
                      help="CPU threads for torch (0: torch's default)."),
         click.option("--no-progress", is_flag=True, help="No progress bar on stderr."),
@@ -96,7 +100,8 @@ def _train_options(f):
 def train_group(ctx, model, recipe, tokens, seed, out, seq_len, batch_size, grad_accum, lr,
                 warmup_frac, min_lr_frac, weight_decay, grad_clip, precision, backend, device,
                 corpus, val_fraction, eval_every, eval_tokens, ckpt_every, keep_checkpoints,
-                validate_every, threads, stop_after, no_progress, debug_nan_at_step, as_json):
+                validate_every, quant_time_every, threads, stop_after, no_progress,
+                debug_nan_at_step, as_json):
     """Train a Llama/Qwen model (random init) with an MX recipe.
 
     \b
@@ -120,7 +125,7 @@ def train_group(ctx, model, recipe, tokens, seed, out, seq_len, batch_size, grad
                       backend=backend, device=device, corpus=corpus, val_fraction=val_fraction,
                       eval_every=eval_every, eval_tokens=eval_tokens, ckpt_every=ckpt_every,
                       keep_checkpoints=keep_checkpoints, validate_every=validate_every,
-                      out=out, progress=not no_progress, threads=threads,
+                      quant_time_every=quant_time_every, out=out, progress=not no_progress, threads=threads,
                       stop_after=stop_after, debug_nan_at_step=debug_nan_at_step)
     try:
         summary = train(cfg)

@@ -73,6 +73,9 @@ class TrainConfig:
     ckpt_every: int = 0  # 0: only at the end
     keep_checkpoints: int = 2
     validate_every: int = 0  # 0: no in-run validation
+    # time the quantization ops (CUDA events around each: host work of their own) on every Nth
+    # step only; those steps stay out of the median step time. 0: never
+    quant_time_every: int = 5
     out: str = "runs/run"
     progress: bool = True
     stop_after: int | None = None  # leave cleanly after this step (checkpoint, status "stopped")
@@ -80,7 +83,7 @@ class TrainConfig:
     debug_nan_at_step: int | None = None  # test hook: the loss of this step is replaced by NaN
 
     NON_IDENTITY = ("out", "progress", "keep_checkpoints", "device", "backend", "threads",
-                    "stop_after")
+                    "stop_after", "quant_time_every")
 
     def identity(self) -> dict:
         d = dataclasses.asdict(self)
@@ -116,7 +119,7 @@ class TrainConfig:
             raise TrainingConfigError(
                 f"batch_size {self.batch_size} is not divisible by world_size*grad_accum = "
                 f"{world_size}*{self.grad_accum}")
-        for k in ("eval_every", "ckpt_every", "validate_every"):
+        for k in ("eval_every", "ckpt_every", "validate_every", "quant_time_every"):
             if getattr(self, k) < 0:
                 raise TrainingConfigError(f"{k} must be >= 0")
         if self.recipe == "bf16" and self.validate_every:
@@ -454,7 +457,9 @@ def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo
             armed = _arm_validation(cfg, b, step)
             loss_sum = torch.zeros((), device=device)
             aux_sum = None
-            qt = _quant_timer(b)
+            qtimed = bool(b.swapped and cfg.quant_time_every and
+                          step % cfg.quant_time_every == 0)
+            qt = _quant_timer(b) if qtimed else _QuantTiming(None)
             for k in range(cfg.grad_accum):
                 tokens = torch.from_numpy(rows[k * micro:(k + 1) * micro]).to(device)
                 sync = k == cfg.grad_accum - 1 or not dist.enabled
@@ -488,13 +493,13 @@ def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             dt = time.perf_counter() - t0
-            step_times.append(dt)
+            step_times.append((dt, qtimed))
             rec = {"step": step, "tokens": (step + 1) * cfg.tokens_per_step, "loss": loss,
                    "lr": lr, "grad_norm": float(grad_norm), "step_time_s": round(dt, 6),
                    "tokens_per_s": round(cfg.tokens_per_step / dt, 1)}
             if aux_sum is not None:
                 rec["aux_loss"] = float(aux_sum)
-            if b.swapped:
+            if qtimed:
                 q_s = qt.timer.seconds()
                 rec["quant_time_s"] = round(q_s, 6)
                 rec["quant_share"] = round(q_s / dt, 4)
@@ -617,7 +622,9 @@ def _summary(cfg, out, b, device, dist, status, error, last_val, step_times, wal
             if "quant_share" in r:
                 shares.append(r["quant_share"])
     tail = losses[-max(1, len(losses) // 10):] if losses else []
-    times = step_times[1:] if len(step_times) > 1 else step_times  # first step includes compile
+    # the first step includes compilation; quantization-timed steps carry the timer's events
+    times = [t for t, q in step_times[1:] if not q] or [t for t, _ in step_times[1:]] or \
+        [t for t, _ in step_times]
     med = float(np.median(times)) if times else None
     return {"schema": SUMMARY_SCHEMA, "status": status, "error": str(error) if error else None,
             "model": cfg.model, "recipe": b.recipe.name, "seed": cfg.seed,

@@ -283,11 +283,12 @@ def ingest_train(out: Path, runs: dict, command) -> list[Path]:
         checks = rd / "checks.jsonl"
         if not checks.is_file() or not checks.read_text().strip():
             raise RunnerError(f"{rd} holds no in-run validation checks (use --validate-every)")
-        # steps that captured operands for validation copy them to the host: not timed
+        # steps that captured operands for validation copy them to the host, and steps that
+        # timed the quantization ops carry the timer's CUDA events: neither is timed
         checked = {json.loads(x).get("step") for x in checks.read_text().splitlines()
                    if x.strip()}
-        times = [s["step_time_s"] for s in steps[1:] if s["step"] not in checked] or \
-            [s["step_time_s"] for s in steps]
+        times = [s["step_time_s"] for s in steps[1:] if s["step"] not in checked and
+                 "quant_share" not in s] or [s["step_time_s"] for s in steps]
         rel, sha = _store_evidence(out, checks, "jsonl")
         lines = [json.loads(x) for x in checks.read_text().splitlines() if x.strip()]
         status = "pass" if all(x.get("ok") for x in lines) else "fail"
