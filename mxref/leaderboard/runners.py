@@ -57,13 +57,6 @@ def _run(cmd, log, env=None, timeout=None):
     return proc.returncode
 
 
-def _files_state() -> None:
-    """Take the commit and the tree hash of the files now, before the run writes anything (an
-    --out inside the checkout would otherwise enter the tree); `git_state` caches it for the
-    records made at the end of the run."""
-    git_state()
-
-
 def _need_checkout(*rel):
     for r in rel:
         if not (REPO / r).exists():
@@ -98,7 +91,7 @@ def _verify_ref(report, rel, sha, backend):
 
 # ---------------------------------------------------------------------------------------------
 def run_cpu(out: Path, *, size: int, rounds: int, command: list[str]) -> list[Path]:
-    _files_state()
+    git_state()     # commit + tree of the files now, before the run writes (cached)
     _need_checkout("bench/test_bench_quantize.py")
     out.mkdir(parents=True, exist_ok=True)
     log = out / "run.log"
@@ -164,7 +157,7 @@ GPU_OPS = ["quantize_mx", "quantize_mx_sr", "quantize_rotated", "dequantize", "m
 
 
 def run_gpu(out: Path, *, size: int, repeats: int, levels, command: list[str]) -> list[Path]:
-    _files_state()
+    git_state()     # commit + tree of the files now, before the run writes (cached)
     _need_checkout("bench/gpu_kernels.py")
     out.mkdir(parents=True, exist_ok=True)
     log = out / "run.log"
@@ -228,7 +221,7 @@ def ingest_gpu(out: Path, doc: dict, report: dict, rel: str, sha: str, command) 
 def run_train(out: Path, *, model: str, recipes: list[str], tokens: int, seed: int,
               device: str, seq_len: int, batch_size: int, validate_every: int, threads: int,
               command: list[str]) -> list[Path]:
-    _files_state()
+    git_state()     # commit + tree of the files now, before the run writes (cached)
     out.mkdir(parents=True, exist_ok=True)
     log = out / "run.log"
     runs = {}
