@@ -397,3 +397,19 @@ def test_nvfp4_float_decode_matches_torch_emu_on_every_pair():
         assert torch.equal(torch.isnan(got), nan)
         assert torch.equal(got[~nan].view(torch.int32), want[~nan].view(torch.int32))
         assert int(nan.sum()) == (32 if codes.shape[0] == 256 else 0)   # scale rows 0x7F, 0xFF
+
+
+def test_vector_scale_is_a_true_division():
+    """ms-fp4's row scale is fl32(amax / 6). CUDA torch computes `tensor / 6.0` as a multiply by
+    the rounded reciprocal, 1 ulp off for a third of all amax; an H100 run's in-run check caught
+    it. These amax values are ones where the two differ (asserted), so a reciprocal multiply
+    fails here on any device."""
+    from mxkernels.training import quant as Q
+    amax = np.array([0x3FD187F6, 0x3F821D94, 0x3FF7B074], np.uint32).view(np.float32)
+    want = amax / np.float32(6)
+    assert (amax * (np.float32(1) / np.float32(6)) != want).all()
+    x = np.zeros((3, 64), np.float32)
+    x[:, 5] = amax
+    x[:, 9] = -amax / 3
+    _, s, _, _ = Q._vector(torch.from_numpy(x))
+    assert s.numpy().view(np.uint32).tolist() == want.view(np.uint32).tolist()
