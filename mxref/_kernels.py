@@ -762,6 +762,21 @@ def exact_quotient(sa, ea, sb, eb):
 
 
 @njit(**_JIT)
+def element_quotient(a, sb, eb):
+    """|x| / (sb * 2^eb) for a positive finite fp32 magnitude ``a`` and ``sb < 2^28`` (an E4M3
+    significand times a 24-bit one), as ``(q, exp2, sticky)`` with ``q >= 2^33``: x's
+    significand normalized to 24 bits and shifted left by 38 (below 2^62). An E2M1 element
+    keeps at most 2 bits of q, so at least 32 lie below its quantum, and stochastic
+    rounding's ``f = floor(frac * 2^32)`` is read from q alone (the remainder is less than
+    one unit of q's last bit, so it cannot change that floor; exact_quotient's 31-bit
+    quotient could drop up to 2 bits of f when the divisor has a long significand)."""
+    sx, ex = normalize_f32(a)
+    num = sx << 38
+    q = num // sb
+    return q, ex - 23 - eb - 38, num - q * sb != 0
+
+
+@njit(**_JIT)
 def f32_div(a, b, f32p):
     neg = ((a ^ b) >> 31) & 1
     aa = a & 0x7FFFFFFF
@@ -920,10 +935,9 @@ def quantize_nvfp4(bits, block, t, s_enc, sc6, order, two_level, fp, e4p, f32p, 
             if sc == 0:
                 codes[r, i] = zero_code(neg, False, fp, pp[K_SZERO])
                 continue
-            sx, ex = f32_parts(a)
             _, _, ss, es = element_parts(np.int64(sc), e4p)
             st, et = f32_parts(t)
-            q, e, sticky = exact_quotient(sx, ex, ss * st, es + et)
+            q, e, sticky = element_quotient(a, ss * st, es + et)
             code, ovf = round_magnitude(q, bit_length(q) - 1, e, sticky, fp, pp[K_ROUNDING], rb)
             if code == 0:
                 codes[r, i] = zero_code(neg, False, fp, pp[K_SZERO])

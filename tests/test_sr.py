@@ -378,3 +378,33 @@ def test_fraction_of_one_rounds_up_only_at_r_max(fmt):
     assert trunc_fraction(one, ELEM[fmt]) == 1 and trunc_fraction(seven, ELEM[fmt]) == 7
     _check_cases(fmt, [(one, TWO32 - 1, q0), (one, TWO32 - 2, Fraction(0)),
                        (seven, TWO32 - 7, q0), (seven, TWO32 - 8, Fraction(0))])
+
+
+def test_nvfp4_exact_order_threshold_words_match_the_oracle():
+    """NVFP4's exact order divides x by S T, whose significand (E4M3 x fp32) can have 28 bits:
+    f must be the quotient's first 32 fraction bits, not a shorter quotient's bits padded with
+    zeros. With r = 2^32 - f (rounds up) and r = 2^32 - f - 1 (rounds down), f computed here
+    from Fractions, every code must equal tests/oracle.py's. (Before mxref._kernels'
+    element_quotient the reference read f from a 31-bit quotient: about a third of these
+    elements came out one code low.)"""
+    rng = np.random.default_rng(77)
+    x = (rng.standard_normal((24, 16)) * np.exp2(rng.integers(-3, 4, (24, 1)))).astype(np.float32)
+    x[0, 0] = np.float32(2688 * 1.37)              # T = fl(amax / 2688), a long significand
+    bits = [[int(b) for b in r] for r in x.view(np.uint32)]
+    knobs = SR.knobs()
+    t_bits, scales, _ = O.quantize_nvfp4_exact(bits, {**knobs, "rounding": "rne"})
+    T = O.fp32_bits_to_value(t_bits)[1]
+    assert O.pow2(O.floor_log2(T)) != T
+    fs = np.zeros(x.shape, np.int64)
+    for i, row in enumerate(bits):
+        S = O.decode_element(scales[i][0], "e4m3")[1]
+        for j, b in enumerate(row):
+            v = O.fp32_bits_to_value(b)[1] / (S * T)
+            fs[i, j] = trunc_fraction(v, "e2m1") if v < 6 else 0
+    assert (fs > 0).sum() > 300
+    for below in (0, 1):
+        rb = np.where(fs > 0, (TWO32 - fs - below) % TWO32, 0).astype(np.uint32)
+        mx = mxref.quantize(x, "nvfp4", SR, rbits=rb)
+        _, _, want = O.quantize_nvfp4_exact(bits, knobs, rbits=[[int(r) for r in row]
+                                                                 for row in rb])
+        np.testing.assert_array_equal(mx.codes, np.array(want, np.uint8))

@@ -21,7 +21,11 @@ def command_line() -> list[str]:
     """The running `run` subcommand as a re-runnable argv with every option spelled out
     (defaults included): ``python3 -m mxref.cli leaderboard run ... --out DIR ...``."""
     ctx = click.get_current_context()
-    argv = ["python3", "-m", "mxref.cli"] + ctx.command_path.split()[1:]
+    names, c = [], ctx
+    while c.parent is not None:         # the subcommand names, not the program's: invoked as
+        names.append(c.info_name)       # `python -m mxref.cli`, click's command_path starts
+        c = c.parent                    # "python -m mxref.cli", whose tail is not a command
+    argv = ["python3", "-m", "mxref.cli"] + names[::-1]
     for p in ctx.command.params:
         if not isinstance(p, click.Option) or p.name == "as_json":
             continue
@@ -88,13 +92,17 @@ def run_cpu_cmd(out, size, rounds, as_json):
               help="Independent do_bench medians per kernel.")
 @click.option("--level", "levels", multiple=True, type=click.IntRange(0, 3), default=(0, 1),
               show_default=True)
+@click.option("--kernel", "kernels", multiple=True, metavar="NAME",
+              help="Time only this kernel (its exact entry name; repeatable). Default: every "
+                   "kernel. The verify, rooflines and peers run either way.")
 @click.option("--json", "as_json", is_flag=True)
-def run_gpu_cmd(out, size, repeats, levels, as_json):
-    """Every Triton kernel: verify (triton backend) + bench/gpu_kernels.py, one job."""
+def run_gpu_cmd(out, size, repeats, levels, kernels, as_json):
+    """Every Triton kernel (or those given by --kernel): verify (triton backend) +
+    bench/gpu_kernels.py, one job."""
     from .runners import run_gpu
     try:
         paths = run_gpu(Path(out), size=size, repeats=repeats, levels=levels,
-                        command=command_line())
+                        command=command_line(), kernels=kernels)
     except MXRefError as e:
         _fail(str(e), 4)
     _ran(paths, as_json, out)
