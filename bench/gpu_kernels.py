@@ -84,13 +84,19 @@ def activations(rows, cols, seed, dtype=torch.bfloat16):
 
 
 class Run:
-    def __init__(self, size, quick):
+    def __init__(self, size, quick, kernels=()):
         self.size = size
         self.quick = quick
+        self.kernels = set(kernels)      # --kernel: only these are checked and timed
         self.rows = []
         self.ks = load_kernels(False)
         self.copy_bw = None
         self.bf16_tflops = None
+
+    def wanted(self, name):
+        """Whether kernel `name` is checked and timed (every kernel unless --kernel is given;
+        the rooflines and peers always run, so a filtered run's ratios are measured the same)."""
+        return not self.kernels or name in self.kernels
 
     def record(self, **kw):
         self.rows.append(kw)
@@ -134,6 +140,8 @@ class Run:
 
     # ---- memory-bound kernels -----------------------------------------------------------
     def membound(self, name, fn, nbytes, check, group="quantize", meta=None):
+        if not self.wanted(name):
+            return
         try:
             ok, why = check()
         except Exception as e:  # noqa: BLE001
@@ -368,6 +376,8 @@ class Run:
                                    ("fast", "bound", {"matmul": "triton"}),
                                    ("fast_fused", "bound", {})):
             name = f"MXFP4 GEMM {n}^3 {mode}" + "".join(f" {k}={v}" for k, v in kw.items())
+            if not self.wanted(name):
+                continue
             try:
                 y = run(mode, **kw)[:rows].cpu().numpy()
                 if contract == "block_sequential":
@@ -407,6 +417,8 @@ class Run:
         for cfg in cfgs:
             name = "MXFP4 GEMM prepared E4M3 block_sequential " + \
                 ",".join(f"{k}={v}" for k, v in cfg.items())
+            if not self.wanted(name):
+                continue
             try:
                 y = gm.mx_gemm_prepared(A[0], a8, B[0], b8, **cfg)[:rows].cpu().numpy()
                 d = int((y.view(np.uint32) != ref_seq.view(np.uint32)).sum())
@@ -489,16 +501,20 @@ def main(argv=None):
     ap.add_argument("--only", default="", help="comma list of: quantizers,gemms,peers")
     ap.add_argument("--repeats", type=int, default=1,
                     help="independent do_bench medians per kernel (their spread is recorded)")
+    ap.add_argument("--kernel", action="append", default=[],
+                    help="check and time only this kernel (exact name; repeatable); the "
+                         "rooflines and peers run either way")
     args = ap.parse_args(argv)
     global REPEATS
     REPEATS = max(1, args.repeats)
     if not torch.cuda.is_available():
         print("no GPU: nothing to benchmark", file=sys.stderr)
         return 4
-    run = Run(args.size, args.quick)
+    run = Run(args.size, args.quick, args.kernel)
     doc = {"schema": SCHEMA, "device": device_info(), "size": args.size,
            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "command": " ".join([sys.executable] + sys.argv), "repeats": REPEATS,
+           "kernels": sorted(args.kernel),
            "rows": run.rows}
     only = set(filter(None, args.only.split(",")))
     run.rooflines()

@@ -156,7 +156,10 @@ GPU_OPS = ["quantize_mx", "quantize_mx_sr", "quantize_rotated", "dequantize", "m
            "gemm", "quantize_nvfp4", "fp8_to_mxfp4", "reblock"]
 
 
-def run_gpu(out: Path, *, size: int, repeats: int, levels, command: list[str]) -> list[Path]:
+def run_gpu(out: Path, *, size: int, repeats: int, levels, command: list[str],
+            kernels=()) -> list[Path]:
+    """`kernels` (exact bench kernel names = record entries) restricts the timing to those
+    kernels; the verify, the rooflines and the peers run as in a full run."""
     git_state()     # commit + tree of the files now, before the run writes (cached)
     _need_checkout("bench/gpu_kernels.py")
     out.mkdir(parents=True, exist_ok=True)
@@ -165,10 +168,14 @@ def run_gpu(out: Path, *, size: int, repeats: int, levels, command: list[str]) -
                                ["ocp", "rceil", "te_nvfp4"], levels, log)
     bj = out / "gpu-bench.json"
     rc = _run([sys.executable, "bench/gpu_kernels.py", "--out", bj, "--size", str(size),
-               "--repeats", str(repeats)], log)
+               "--repeats", str(repeats)] + [x for k in kernels for x in ("--kernel", k)], log)
     if rc != 0 or not bj.is_file():
         raise RunnerError(f"bench/gpu_kernels.py failed (exit {rc}); see {log}")
     doc = json.loads(bj.read_text())
+    unknown = sorted(set(kernels) - {r["kernel"] for r in doc["rows"]})
+    if unknown:                # a misspelt name, or a bench part that crashed before it
+        print(f"warning: bench/gpu_kernels.py ran no kernel named {unknown} (size {size}); "
+              f"see {log}", file=sys.stderr, flush=True)
     for ext in (".json", ".md"):
         bj.with_suffix(ext).unlink(missing_ok=True)
     return ingest_gpu(out, doc, report, rel, sha, command)
