@@ -1,8 +1,8 @@
 """`mxref leaderboard`: run suites, submit records under the verified-only rule, gate
 regressions, reproduce an entry, build the site.
 
-Exit codes: 0 ok; 1 a record rejected / a regression / not reproduced; 2 usage; 4 a suite could
-not run.
+Exit codes: 0 ok; 1 a record rejected / a regression / not reproduced; 2 usage or bad input;
+4 a suite could not run (reproduce: a re-run failed or wrote no matching record).
 """
 from __future__ import annotations
 
@@ -218,22 +218,64 @@ def gate_cmd(paths, baseline, as_json):
 
 
 @leaderboard_group.command("reproduce")
-@click.argument("record_path", type=click.Path(exists=True, dir_okay=False))
-@click.option("--slack", type=float, default=1.0, show_default=True,
+@click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
+@click.option("--slack", type=click.FloatRange(0), default=1.0, show_default=True,
               help="Tolerance = recorded spread x SLACK.")
+@click.option("--only-needed", is_flag=True,
+              help="Re-run only the entries given, where the command has a filter (run gpu: "
+                   "--kernel per entry; run train: --recipes); other commands run as recorded.")
+@click.option("--timeout", type=click.FloatRange(1), default=3600, show_default=True,
+              help="Seconds per re-run command.")
+@click.option("--keep", type=click.Path(file_okay=False), default=None,
+              help="Leave each re-run's records in KEEP/run-<i> instead of a temporary directory.")
+@click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 @click.option("--json", "as_json", is_flag=True)
-def reproduce_cmd(record_path, slack, as_json):
-    """Re-run a record's command and check its median is within the recorded spread."""
-    from .reproduce import reproduce
+def reproduce_cmd(paths, slack, only_needed, timeout, keep, quiet, as_json):
+    """Re-run the recorded commands of the records in PATHS (files or directories), each
+    distinct command once, and check every record's new median is within its recorded spread.
+
+    Exit 0 every record reproduced, 1 some did not, 4 some could not be compared (a command
+    failed or wrote no matching record), 2 bad input (nothing was run)."""
+    from .reproduce import ReproduceError, exit_code, reproduce_records
+
+    def say(msg):
+        click.echo(msg, err=True)
+
     try:
-        rec = json.loads(Path(record_path).read_text())
-        res = reproduce(rec, slack=slack)
-    except (ValueError, KeyError) as e:
-        _fail(f"{record_path} is not a leaderboard record: {e}")
-    except MXRefError as e:
-        _fail(str(e), 4)
-    _emit(res, as_json,
-          f"{res['status']}: {res['entry']} recorded {res['recorded_median']:.6g} "
-          f"{res['unit']}, now {res['new_median']:.6g} ({res['difference']:.1%} apart; "
-          f"recorded spread {res['tolerance']:.1%})")
-    sys.exit(0 if res["status"] == "reproduced" else 1)
+        rows, runs = reproduce_records(
+            paths, only_needed=only_needed, slack=slack, timeout=timeout, keep=keep,
+            progress=None if quiet else say,
+            echo=None if quiet else (lambda line: say("    | " + line)))
+    except ReproduceError as e:
+        _fail(str(e), 2)
+    code = exit_code(rows)
+    counts = {s: sum(r["status"] == s for r in rows)
+              for s in ("reproduced", "not-reproduced", "error")}
+    _emit({"rows": rows, "runs": runs, "slack": slack, "only_needed": only_needed,
+           "summary": {"records": len(rows), "commands": len(runs), **counts},
+           "exit": code}, as_json,
+          reproduce_table(rows) + f"\n{counts['reproduced']} reproduced, "
+          f"{counts['not-reproduced']} not reproduced, {counts['error']} error(s) in "
+          f"{len(rows)} record(s), {len(runs)} command(s) run")
+    sys.exit(code)
+
+
+def reproduce_table(rows) -> str:
+    """One line per record: recorded and new medians, the signed difference, the tolerance
+    (recorded spread x slack), the re-run's spread, whether the new median is in the widened
+    recorded range, and the verdict."""
+    width = max([len(r["entry"]) for r in rows] + [5])
+    head = (f"{'entry':<{width}}  {'recorded':>12}  {'new':>12}  {'diff':>8}  {'tol':>7}  "
+            f"{'new spr':>7}  {'range':>5}  status")
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        if r["status"] == "error":
+            lines.append(f"{r['entry']:<{width}}  {'':>12}  {'':>12}  {'':>8}  {'':>7}  "
+                         f"{'':>7}  {'':>5}  error: {r['reason']}")
+            continue
+        u = r["unit"] or ""
+        lines.append(f"{r['entry']:<{width}}  {r['recorded_median']:>9.4g} {u:<2}  "
+                     f"{r['new_median']:>9.4g} {u:<2}  {r['difference']:>+8.2%}  "
+                     f"{r['tolerance']:>7.2%}  {r['new_spread']:>7.2%}  "
+                     f"{'in' if r['within_range'] else 'out':>5}  {r['status']}")
+    return "\n".join(lines)
