@@ -18,7 +18,17 @@ Contracts (:func:`gemm_contract`) and why each holds
   (worst pair e3m2 x e3m2: 6,422,528 q). An fp32-accumulating tensor core that aligns its
   addends to the largest exponent with >= 24 significand bits (any truncation or rounding
   mode) therefore drops no bit: the block sum is exact.
-  (FP8 E4M3/E5M2 elements: sums need up to 36+ bits, the accumulator rounds, so no claim.)
+  (FP8 E4M3/E5M2 elements: sums need up to 41 / 55 bits, a float accumulator rounds: next.)
+* **Pairs with an MXFP8 operand** (all but E5M2 x E5M2; :func:`gemm_planes_kernel`): every
+  element integer q (value q * 2^base) is split by a 256-entry table into int8 planes,
+  q = v * 2^(4 g) with |v| <= 127 (E4M3: 4 planes, E5M2: 8, E3M2: 2, others 1). Per K block
+  the int8 tensor cores form dot(A_g, B_h) with int32 accumulation (|sum| <= 32 * 127^2:
+  exact), the planes are combined in int64 (|P_j| < 2^56), and c_j = fl32(P_j * 2^E) is
+  rounded once on the integers (24-bit RNE, or RNE at the 2^-149 grid where c_j is subnormal;
+  Inf past the largest binade; -0 for a negative sum that underflows). NaN codes and 0xFF
+  scales make their block NaN; E5M2 Infs give per-output +Inf / -Inf / Inf x 0 counts from
+  int8 indicator dots (only in blocks that hold an Inf). E5M2 x E5M2 block sums need 69 bits,
+  beyond int64: that pair stays ``bound``.
 * then, both cases, ``c_j = fl(part * 2^(sa + sb - 254))`` with exactly one rounding for every
   pair of scale bytes, and ``acc = fl(acc + c_j)`` (kernels launched with
   ``enable_fp_fusion=False``: no FMA contraction). 2^(sa+sb-254) spans 2^-254..2^254, outside
@@ -37,8 +47,8 @@ Contracts (:func:`gemm_contract`) and why each holds
   ``acc = fl(acc + part)``; at the end ``Y = fl(acc * fl(ta * tb))`` in fp32 (the cuBLAS/TE
   epilogue order of the reference).
 
-``bound`` (within ``mxref.gemm.gemm_error_bound``, elements / bf16 upcast): every pair with an
-MXFP8 (E4M3 or E5M2) operand, and every pair under ``mode="fast"``: elements decoded to bf16
+``bound`` (within ``mxref.gemm.gemm_error_bound``, elements / bf16 upcast): MXFP8 E5M2 x E5M2,
+and every pair under ``mode="fast"``: elements decoded to bf16
 with the scale folded in as a power-of-two exponent add where the result is a bf16 normal
 (exact), an integer-domain RNE to bf16 with gradual underflow otherwise (the bound's bf16
 upcast model), then one ``tl.dot`` over BLOCK_K with fp32 accumulation in the tensor core's
@@ -295,6 +305,171 @@ def gemm_block_sequential_kernel(
 
 
 # =========================================================================================
+# block-sequential GEMM (bit-exact) for pairs with FP8 elements: int8 planes, integer block sums
+# =========================================================================================
+@triton.jit
+def _bitlen64(m):
+    """Bit length of non-negative int64 m (0 for 0), by halving; integers only."""
+    n = tl.zeros_like(m)
+    t = m
+    big = t >= (1 << 32)
+    t = tl.where(big, t >> 32, t)
+    n = tl.where(big, n + 32, n)
+    big = t >= (1 << 16)
+    t = tl.where(big, t >> 16, t)
+    n = tl.where(big, n + 16, n)
+    big = t >= (1 << 8)
+    t = tl.where(big, t >> 8, t)
+    n = tl.where(big, n + 8, n)
+    big = t >= (1 << 4)
+    t = tl.where(big, t >> 4, t)
+    n = tl.where(big, n + 4, n)
+    big = t >= (1 << 2)
+    t = tl.where(big, t >> 2, t)
+    n = tl.where(big, n + 2, n)
+    big = t >= (1 << 1)
+    t = tl.where(big, t >> 1, t)
+    n = tl.where(big, n + 1, n)
+    return n + (t > 0).to(tl.int64)
+
+
+@triton.jit
+def _f32_scaled_int(P, E):
+    """fl32(P * 2^E) for int64 P (|P| < 2^62) and int32 E: one RNE rounding with gradual
+    underflow, +-Inf on overflow, -0 for a negative P that rounds to zero. Decided on the
+    integers: the significand is rounded to 24 bits, or to the 2^-149 grid where the result
+    is subnormal, and the fp32 bits are assembled."""
+    neg = P < 0
+    m = tl.where(neg, -P, P)
+    L = _bitlen64(m).to(tl.int32)
+    d = tl.minimum(tl.maximum(L - 24, -149 - E), 62)    # bits to drop (< 0: shift left)
+    dr = tl.maximum(d, 1).to(tl.int64)
+    qr = m >> dr
+    rem = m - (qr << dr)
+    half = tl.full(m.shape, 1, tl.int64) << (dr - 1)
+    up = (rem > half) | ((rem == half) & ((qr & 1) == 1))
+    qr = qr + up.to(tl.int64)
+    q = tl.where(d > 0, qr, m << tl.maximum(-d, 0).to(tl.int64))
+    e2 = E + d                                          # exponent of q's unit
+    carry = q == (1 << 24)
+    q = tl.where(carry, q >> 1, q)
+    e2 = tl.where(carry, e2 + 1, e2)
+    q32 = q.to(tl.int32)
+    normal = q32 >= (1 << 23)
+    bexp = e2 + 150
+    bits = tl.where(normal, (tl.minimum(tl.maximum(bexp, 0), 255) << 23) | (q32 & 0x7FFFFF),
+                    q32)
+    bits = tl.where(normal & (bexp >= 255), 0x7F800000, bits)
+    bits = bits | (neg.to(tl.int32) << 31)
+    return bits.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def _plane(e, v, G: tl.constexpr):
+    """int8 plane G of looked-up entries e (plane index in bits 8..11) with values v."""
+    return tl.where(((e >> 8) & 15) == G, v, 0).to(tl.int8)
+
+
+@triton.jit
+def _flag(e, BIT: tl.constexpr):
+    return ((e >> BIT) & 1).to(tl.int8)
+
+
+@triton.jit
+def _inf_counts(ea, eb):
+    """Per output: (#+Inf products, #-Inf products, #Inf x 0 products) of one block, as int8
+    indicator dots (exact int32 counts). ea [BM, BS], eb [BS, BN] plane-table entries."""
+    ia, ib = _flag(ea, 13), _flag(eb, 13)
+    za, zb = _flag(ea, 14), _flag(eb, 14)
+    na, nb = _flag(ea, 15), _flag(eb, 15)
+    nza, nzb = 1 - za, 1 - zb                 # nonzero (Inf included; NaN entries: see caller)
+    pa, pb = nza * (1 - na), nzb * (1 - nb)   # positive nonzero
+    ma, mb = nza * na, nzb * nb               # negative nonzero
+    fpa, fma = pa * (1 - ia), ma * (1 - ia)   # finite nonzero of A (its Inf counted once)
+    ipa, ima = ia * (1 - na), ia * na
+    ipb, imb = ib * (1 - nb), ib * nb
+    pinf = tl.dot(ipa, pb, out_dtype=tl.int32)
+    pinf = tl.dot(ima, mb, pinf, out_dtype=tl.int32)
+    pinf = tl.dot(fpa, ipb, pinf, out_dtype=tl.int32)
+    pinf = tl.dot(fma, imb, pinf, out_dtype=tl.int32)
+    ninf = tl.dot(ipa, mb, out_dtype=tl.int32)
+    ninf = tl.dot(ima, pb, ninf, out_dtype=tl.int32)
+    ninf = tl.dot(fpa, imb, ninf, out_dtype=tl.int32)
+    ninf = tl.dot(fma, ipb, ninf, out_dtype=tl.int32)
+    zinf = tl.dot(ia, zb, out_dtype=tl.int32)
+    zinf = tl.dot(za, ib, zinf, out_dtype=tl.int32)
+    return pinf, ninf, zinf
+
+
+@triton.jit
+def gemm_planes_kernel(
+        a_ptr, b_ptr, sa_ptr, sb_ptr, pl_a_ptr, pl_b_ptr, out_ptr, M, N, K, NBLK,
+        GA: tl.constexpr, GB: tl.constexpr, W: tl.constexpr, BASE: tl.constexpr,
+        SPECIAL: tl.constexpr, HAS_INF: tl.constexpr, BS: tl.constexpr,
+        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUP_M: tl.constexpr):
+    """Bit-exact block_sequential for MX pairs whose block sums overflow a float accumulator
+    (E4M3 / E5M2 elements). Each element integer q (value q * 2^base) is split by a table into
+    int8 planes, q = v * 2^(W g) with |v| <= 127 and g < GA (GB); per K block the exact sum
+    P_j = sum_s 2^(W s) sum_(g+h=s) dot(A_g, B_h) comes from int8 tensor-core dots (int32
+    accumulation, exact) combined in int64; then c_j = fl32(P_j * 2^(BASE + sa + sb - 254)) is
+    rounded once on the integers (:func:`_f32_scaled_int`) and acc = fl(acc + c_j).
+
+    Plane-table entry: bits 0-7 v (two's complement), 8-11 g, 12 NaN, 13 Inf, 14 zero,
+    15 negative. SPECIAL: the formats have NaN codes (a NaN element makes its block's c_j
+    NaN); HAS_INF: E5M2 (per output +Inf / -Inf / Inf x 0 counts from indicator dots, only in
+    tiles whose block holds an Inf)."""
+    pid_m, pid_n = _tile_ids(M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    rm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    rn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_ok = rm < M
+    n_ok = rn < N
+    rm64 = rm.to(tl.int64)
+    rn64 = rn.to(tl.int64)
+    kk = tl.arange(0, BS)
+    acc = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float32)
+    for j in range(NBLK):
+        k = j * BS + kk
+        k_ok = k < K
+        a = tl.load(a_ptr + rm64[:, None] * K + k[None, :], mask=m_ok[:, None] & k_ok[None, :],
+                    other=0).to(tl.int32)
+        b = tl.load(b_ptr + rn64[None, :] * K + k[:, None], mask=k_ok[:, None] & n_ok[None, :],
+                    other=0).to(tl.int32)
+        ea = tl.load(pl_a_ptr + a)
+        eb = tl.load(pl_b_ptr + b)
+        va = ((ea & 0xFF) ^ 0x80) - 0x80
+        vb = ((eb & 0xFF) ^ 0x80) - 0x80
+        P = tl.zeros((BLOCK_M, BLOCK_N), tl.int64)
+        for s in tl.static_range(GA + GB - 1):
+            C = tl.zeros((BLOCK_M, BLOCK_N), tl.int32)
+            for g in tl.static_range(GA):
+                if s - g >= 0:
+                    if s - g < GB:
+                        C = tl.dot(_plane(ea, va, g), _plane(eb, vb, s - g), C,
+                                   out_dtype=tl.int32)
+            P = P + (C.to(tl.int64) << (W * s))
+        sa = tl.load(sa_ptr + rm64 * NBLK + j, mask=m_ok, other=127).to(tl.int32)
+        sb = tl.load(sb_ptr + rn64 * NBLK + j, mask=n_ok, other=127).to(tl.int32)
+        c = _f32_scaled_int(P, BASE + sa[:, None] + sb[None, :] - 254)
+        nan = (sa == 255)[:, None] | (sb == 255)[None, :]
+        if SPECIAL:
+            nan_a = _max_along((ea >> 12) & 1, 1)
+            nan_b = _max_along((eb >> 12) & 1, 0)
+            nan = nan | (nan_a != 0)[:, None] | (nan_b != 0)[None, :]
+            if HAS_INF:
+                any_inf = tl.max(tl.max((ea >> 13) & 1, 1), 0) + \
+                    tl.max(tl.max((eb >> 13) & 1, 1), 0)
+                if any_inf > 0:
+                    pinf, ninf, zinf = _inf_counts(ea, eb)
+                    c = tl.where(pinf > 0, float("inf"), c)
+                    c = tl.where(ninf > 0, float("-inf"), c)
+                    nan = nan | ((pinf > 0) & (ninf > 0)) | (zinf > 0)
+        c = tl.where(nan, tl.full(c.shape, _F32_QNAN, tl.int32).to(tl.float32, bitcast=True), c)
+        acc = acc + c
+    tl.store(out_ptr + rm64[:, None] * N + rn64[None, :], acc,
+             mask=m_ok[:, None] & n_ok[None, :])
+
+
+# =========================================================================================
 # fast GEMM (bound): decode + fold scales into bf16, one dot per BLOCK_K
 # =========================================================================================
 @triton.jit
@@ -463,6 +638,7 @@ def dot_scaled_kernel(a_ptr, b_ptr, sa_ptr, sb_ptr, out_ptr, M, N, K, NBLK,
 KERNELS = {
     "e2m1_to_e4m3": e2m1_to_e4m3_kernel,
     "gemm_block_sequential": gemm_block_sequential_kernel,
+    "gemm_planes": gemm_planes_kernel,
     "gemm_fast": gemm_fast_kernel,
     "mx_to_bf16": mx_to_bf16_kernel,
     "gemm_bf16": gemm_bf16_kernel,
@@ -483,9 +659,60 @@ def gemm_contract(fmt_a: str, fmt_b: str) -> str:
     "block_sequential" (bit for bit) or "bound" (only mode="fast" exists; within
     gemm_error_bound). See the module docstring for the proofs."""
     fa, fb = _check_pair(fmt_a, fmt_b)
-    if fa == "nvfp4" or (fa in _EXACT_BF16 and fb in _EXACT_BF16):
+    if fa == "nvfp4" or (fa in _EXACT_BF16 and fb in _EXACT_BF16) or _planes_pair(fa, fb):
         return "block_sequential"
     return "bound"
+
+
+# int8 planes (gemm_planes_kernel): q = v * 2^(4 g), |v| <= 127 -> int8 dots are exact
+_PLANE_W = 4
+_PLANE_NAN, _PLANE_INF, _PLANE_ZERO, _PLANE_NEG = 1 << 12, 1 << 13, 1 << 14, 1 << 15
+_PLANE_CACHE: dict = {}
+
+
+def _plane_table(el_name: str) -> tuple[np.ndarray, int]:
+    """(int32 [256] plane-table entries of gemm_planes_kernel, number of planes G) of an
+    element format: each finite code's signed integer v(c) * 2^(4 g(c)) is its exact q (value
+    = q * 2^base); g is the smallest plane that holds it in int8."""
+    if el_name in _PLANE_CACHE:
+        return _PLANE_CACHE[el_name]
+    from mxref.gemm import KIND_INF, KIND_NAN, _element_table
+    q, kind, neg, _, n = _element_table(el_name)
+    out = np.zeros(256, dtype=np.int32)
+    G = 1
+    for c in range(n):
+        sign = _PLANE_NEG if neg[c] else 0
+        if kind[c] == KIND_NAN:
+            out[c] = _PLANE_NAN
+            continue
+        if kind[c] == KIND_INF:
+            out[c] = _PLANE_INF | sign
+            continue
+        qv = int(q[c])
+        if qv == 0:
+            out[c] = _PLANE_ZERO | sign
+            continue
+        v = -qv if neg[c] else qv
+        g = 0
+        while v % (1 << (_PLANE_W * g)) or not -128 <= v >> (_PLANE_W * g) <= 127:
+            g += 1
+            if g > 15:
+                raise ImportError(f"{el_name} code {c}: no int8 plane holds q={qv}")
+        out[c] = ((v >> (_PLANE_W * g)) & 0xFF) | (g << 8) | sign
+        G = max(G, g + 1)
+    _PLANE_CACHE[el_name] = (out, G)
+    return out, G
+
+
+def _planes_pair(fa: str, fb: str) -> bool:
+    """MX pairs with an FP8 operand whose exact block sums fit int64 (|P| < 2^62): every one
+    but E5M2 x E5M2 (32 * (7 * 2^29)^2 needs 69 bits)."""
+    if fa == "nvfp4" or (fa in _EXACT_BF16 and fb in _EXACT_BF16):
+        return False
+    from mxref.gemm import _element_table
+    qa = int(_element_table(get_format(fa).element.name)[0].max())
+    qb = int(_element_table(get_format(fb).element.name)[0].max())
+    return (32 * qa * qb).bit_length() <= 62
 
 
 def _check_pair(fmt_a, fmt_b):
@@ -558,9 +785,16 @@ def gemm_kernel_params(fmt_a: str, fmt_b: str, mode: str = "block_sequential") -
     if mode == "block_sequential":
         if gemm_contract(fa, fb) != "block_sequential":
             raise KernelUnsupported(
-                f"{fa} x {fb}: no bit-exact block_sequential kernel (FP8 block sums need more "
-                "bits than the tensor-core accumulator keeps); use mode='fast' (contract "
+                f"{fa} x {fb}: no bit-exact block_sequential kernel (E5M2 x E5M2 block sums "
+                "need 69 bits, beyond the int64 plane combination); use mode='fast' (contract "
                 "'bound')")
+        if _planes_pair(fa, fb):
+            ela, elb = get_format(fa).element, get_format(fb).element
+            from mxref.gemm import _element_table
+            base = _element_table(ela.name)[3] + _element_table(elb.name)[3]
+            return {"OPS": 2, "GA": _plane_table(ela.name)[1], "GB": _plane_table(elb.name)[1],
+                    "W": _PLANE_W, "BASE": base, "SPECIAL": True,
+                    "HAS_INF": "mxfp8_e5m2" in (fa, fb), "BS": bs}
         plo, phi = (0, 0) if nv else _part_range(fa, fb)
         return {"OPS": 0 if (fa, fb) == ("mxfp4", "mxfp4") else 1, "NV": nv, "BS": bs,
                 "PLO": plo, "PHI": phi}
@@ -753,6 +987,11 @@ def mx_gemm(a_scales, a_codes, b_scales, b_codes, fmt_a: str, fmt_b: str, *,
     out = torch.empty((M, N), dtype=torch.float32, device=dev)
     if M == 0 or N == 0:
         return out
+    if mode == "block_sequential" and ce["OPS"] == 2:
+        if packed:
+            raise KernelUnsupported("packed=True is for FP4 x FP4 operands; pass unpacked codes")
+        return _planes_launch(ac, bc, asc, bsc, fa, fb, ce, M, N, K, nblk, out, block_m,
+                              block_n, group_m, num_warps, num_stages)
     if mode == "block_sequential" and ce["OPS"] == 0:
         a8 = mxfp4_to_e4m3(ac, packed=packed, k=K)
         b8 = mxfp4_to_e4m3(bc, packed=packed, k=K)
@@ -881,6 +1120,27 @@ def _blockseq_launch(a, b, sa, sb, ce, M, N, K, nblk, lut_a, lut_b, slut, ts, ou
     return out
 
 
+def _plane_lut(name: str, device) -> torch.Tensor:
+    key = ("planes", name, str(device))
+    if key not in _LUT_CACHE:
+        _LUT_CACHE[key] = torch.from_numpy(_plane_table(name)[0].copy()).to(device)
+    return _LUT_CACHE[key]
+
+
+def _planes_launch(a, b, sa, sb, fa, fb, ce, M, N, K, nblk, out, block_m, block_n, group_m,
+                   num_warps, num_stages):
+    bm, bn = _tiles(M, N, block_m or (None if INTERPRETED else 64),
+                    block_n or (None if INTERPRETED else 64))
+    grid = (triton.cdiv(M, bm) * triton.cdiv(N, bn),)
+    kw = {k: v for k, v in ce.items() if k != "OPS"}
+    gemm_planes_kernel[grid](
+        _nonempty(a), _nonempty(b), _nonempty(sa), _nonempty(sb),
+        _plane_lut(get_format(fa).element.name, out.device),
+        _plane_lut(get_format(fb).element.name, out.device), out, M, N, K, nblk, **kw,
+        BLOCK_M=bm, BLOCK_N=bn, GROUP_M=group_m, **_launch_opts(num_warps, num_stages))
+    return out
+
+
 def mx_gemm_prepared(a_scales, a_e4m3, b_scales, b_e4m3, *, block_m: int | None = None,
                      block_n: int | None = None, group_m: int = 8, num_warps: int = 4,
                      num_stages: int = 4, use_tma: bool = False) -> torch.Tensor:
@@ -972,6 +1232,17 @@ def aot_specs() -> list:
         specs.append((f"block_sequential-{fa}-{fb}", gemm_block_sequential_kernel,
                        _sig(gemm_block_sequential_kernel,
                             {**_GEMM_ARGS, "ra_ptr": "*i8", "rb_ptr": "*i8"}, ce), ce))
+    for fa, fb in (("mxfp8_e4m3", "mxfp8_e4m3"), ("mxfp8_e5m2", "mxfp8_e4m3"),
+                   ("mxint8", "mxfp8_e5m2")):
+        ce = {k: v for k, v in gemm_kernel_params(fa, fb, "block_sequential").items()
+              if k != "OPS"}
+        ce.update({"BLOCK_M": 64, "BLOCK_N": 64, "GROUP_M": 8})
+        specs.append((f"planes-{fa}-{fb}", gemm_planes_kernel,
+                      _sig(gemm_planes_kernel, {"a_ptr": "*u8", "b_ptr": "*u8", "sa_ptr": "*u8",
+                                                "sb_ptr": "*u8", "pl_a_ptr": "*i32",
+                                                "pl_b_ptr": "*i32", "out_ptr": "*fp32",
+                                                "M": "i32", "N": "i32", "K": "i32",
+                                                "NBLK": "i32"}, ce), ce))
     for fa, fb in (("mxfp8_e5m2", "mxfp4"), ("nvfp4", "nvfp4")):
         ce = {**gemm_kernel_params(fa, fb, "fast"), "BLOCK_M": 128, "BLOCK_N": 128,
               "BLOCK_K": 64, "GROUP_M": 8, "DOT_F32": False}

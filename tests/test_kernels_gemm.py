@@ -24,9 +24,12 @@ INTERP = os.environ.get("TRITON_INTERPRET", "0").strip().lower() in ("1", "true"
 BS = {"nvfp4": 16}
 BITS = {"mxfp4": 4, "nvfp4": 4, "mxfp6_e2m3": 6, "mxfp6_e3m2": 6, "mxfp8_e4m3": 8,
         "mxfp8_e5m2": 8, "mxint8": 8}
+# FP8 pairs: the int8-plane kernel (E5M2 x E5M2 block sums need 69 bits: bound only)
+PLANE_PAIRS = [("mxfp8_e4m3", "mxfp8_e4m3"), ("mxfp8_e5m2", "mxfp8_e4m3"),
+               ("mxfp4", "mxfp8_e5m2"), ("mxint8", "mxfp8_e4m3"), ("mxfp8_e4m3", "mxfp6_e3m2")]
 EXACT_PAIRS = [("mxfp4", "mxfp4"), ("mxfp6_e2m3", "mxfp4"), ("mxfp6_e3m2", "mxfp6_e3m2"),
-               ("mxint8", "mxfp6_e3m2"), ("mxfp4", "mxint8"), ("nvfp4", "nvfp4")]
-BOUND_PAIRS = [("mxfp8_e4m3", "mxfp4"), ("mxfp8_e5m2", "mxfp8_e4m3"), ("mxfp4", "mxfp8_e5m2")]
+               ("mxint8", "mxfp6_e3m2"), ("mxfp4", "mxint8"), ("nvfp4", "nvfp4")] + PLANE_PAIRS
+BOUND_PAIRS = [("mxfp8_e5m2", "mxfp8_e5m2")]
 
 
 @pytest.fixture(scope="module")
@@ -164,7 +167,8 @@ def edge_operands(fa, fb, M=48, N=40, K=96, seed=7):
     return ac, asc, bc, bsc
 
 
-@pytest.mark.parametrize("fa,fb", [p for p in EXACT_PAIRS if p[0] != "nvfp4"])
+@pytest.mark.parametrize("fa,fb", [p for p in EXACT_PAIRS if p[0] != "nvfp4" and
+                                   p not in PLANE_PAIRS])    # those: test_planes_finite_edges
 def test_block_sequential_scale_edges(gd, fa, fb):
     """Scale bytes 0x00 (2^-127), 0x01..0x03, 0xF4..0xFE, 0xFF (NaN): products that overflow
     fp32, land in its subnormals or underflow to zero; both scaling branches of the kernel."""
@@ -204,6 +208,148 @@ def test_block_sequential_mxfp4_crafted(gd):
     ref = blockseq_ref(ac, asc, "mxfp4", bc, bsc, "mxfp4")
     assert_bits(y, ref)
     assert not np.signbit(ref[2]).any()            # +0: acc starts at +0
+
+
+# ---- FP8 pairs: int8 planes, integer block sums rounded once ---------------------------------
+def _code_of(el_name, value) -> int:
+    """The code of an exact value of an element format, through mxref's decoder."""
+    el = ELEMENT_FORMATS[el_name]
+    for c in range(1 << el.bits):
+        v = el.decode(c)
+        if not isinstance(v, float) and v == value and (v != 0 or not c & el.sign_mask):
+            return c
+    raise AssertionError((el_name, value))
+
+
+def _finite_codes(fmt):
+    el = ELEMENT_FORMATS[{"mxfp4": "e2m1", "mxfp6_e2m3": "e2m3", "mxfp6_e3m2": "e3m2",
+                          "mxfp8_e4m3": "e4m3", "mxfp8_e5m2": "e5m2", "mxint8": "int8"}[fmt]]
+    return np.array([c for c in range(1 << el.bits) if not isinstance(el.decode(c), float)],
+                    np.uint8)
+
+
+@pytest.mark.parametrize("fa,fb", PLANE_PAIRS)
+def test_planes_finite_edges(gd, fa, fb):
+    """Finite codes only (random FP8 bytes are mostly NaN blocks): block sums far wider than 24
+    bits, scale bytes that push c_j into fp32 subnormals, to zero and past the largest fp32."""
+    g, dev = gd
+    rng = np.random.default_rng(hash((fa, fb, 3)) % 2**32)
+    M, N, K = 40, 24, 160
+    ac = rng.choice(_finite_codes(fa), (M, K))
+    bc = rng.choice(_finite_codes(fb), (N, K))
+    pool = np.array(EDGE_POOL + [100, 110, 120, 127, 127, 127], np.uint8)
+    asc, bsc = rng.choice(pool, (M, 5)), rng.choice(pool, (N, 5))
+    asc[:6] = np.array([[0], [1], [2], [3], [20], [40]], np.uint8)   # whole rows: c_j land in
+    bsc[:6] = np.array([[60], [75], [90], [105], [120], [135]], np.uint8)   # fp32 subnormals
+    y = run(g, dev, ac, asc, fa, bc, bsc, fb, block_m=16, block_n=16)
+    ref = blockseq_ref(ac, asc, fa, bc, bsc, fb)
+    fin = np.abs(ref[np.isfinite(ref)])
+    assert np.isinf(ref).any() and ((fin > 0) & (fin < 2.0 ** -126)).any()
+    assert_bits(y, ref)
+
+
+def test_planes_rounding_ties():
+    """E4M3 block sums 2^24 + r (r = 0..7, both signs, units of 2^-18): c_j = fl(P 2^-18)
+    rounds at the 25th bit: ties to even both ways; the same sums scaled into fp32 subnormals,
+    to zero (a negative sum to -0) and past the largest fp32."""
+    from mxref.backends.triton_backend import load_kernels
+    g = load_kernels(True)["triton_gemm"]
+    e4 = "e4m3"
+    c8, ctiny = _code_of(e4, 8.0), _code_of(e4, 2.0 ** -9)
+    rows = []
+    for r in range(8):
+        row = np.zeros(32, np.uint8)
+        row[0] = c8
+        row[1:1 + r] = ctiny
+        rows.append(row)
+    ac = np.array(rows + [r | 0x80 * (np.arange(32) < 1 + i) for i, r in enumerate(rows)],
+                  np.uint8)                                   # negated leading terms too
+    bc = np.zeros((1, 32), np.uint8)
+    bc[0, :8] = [c8] + [ctiny] * 7                            # products 2^24 * 2^-18, 2^-18
+    out = []
+    # normal, fp32 subnormal, large, underflow to +-0, overflow to +-Inf
+    for sa, sb in ((127, 127), (0, 110), (217, 127), (1, 1), (254, 254)):
+        asc = np.full((ac.shape[0], 1), sa, np.uint8)
+        bsc = np.full((1, 1), sb, np.uint8)
+        y = run(g, "cpu", ac, asc, "mxfp8_e4m3", bc, bsc, "mxfp8_e4m3")
+        ref = blockseq_ref(ac, asc, "mxfp8_e4m3", bc, bsc, "mxfp8_e4m3")
+        assert_bits(y, ref)
+        out.append(ref)
+    # the sums really round (ref is not the float64 value) and ties went both ways
+    exact = np.array([2.0 ** 24 + r for r in range(8)]) * 2.0 ** -18
+    assert (out[0][:8, 0].astype(np.float64) != exact).sum() >= 4
+
+
+def test_planes_e5m2_infinities(gd):
+    """E5M2 Inf elements: Inf x finite = Inf with the product's sign, Inf x 0 = NaN, +Inf and
+    -Inf products in one block = NaN, in two blocks = Inf + -Inf = NaN; NaN codes and NaN scales
+    poison their block; an Inf in one tile row does not leak into another."""
+    g, dev = gd
+    e5 = "e5m2"
+    pinf, ninf, nan = 0x7C, 0xFC, 0x7E
+    one, mtwo, zero, nzero = (_code_of(e5, 1.0), _code_of(e5, -2.0), 0x00, 0x80)
+    K = 64
+    ac = np.full((8, K), one, np.uint8)
+    bc = np.full((6, K), one, np.uint8)
+    ac[0, 3] = pinf                                   # +Inf against 1, -2, 0, -0, Inf, -Inf
+    ac[1, 3] = ninf
+    ac[2, 3], ac[2, 40] = pinf, ninf                  # opposite Infs in two blocks
+    ac[3, 3], ac[3, 4] = pinf, ninf                   # in one block
+    ac[4, 9] = nan
+    ac[5, :] = zero
+    bc[1, 3] = mtwo
+    bc[2, 3] = zero
+    bc[3, 3] = nzero
+    bc[4, 3], bc[4, 4] = pinf, pinf
+    bc[5, 3] = ninf
+    bc[5, 40] = mtwo
+    asc = np.full((8, 2), 127, np.uint8)
+    bsc = np.full((6, 2), 127, np.uint8)
+    asc[6, 1] = 0xFF
+    def e4(c):        # the same values as E4M3 codes (E5M2 Infs become 1.0)
+        out = np.where((c == pinf) | (c == ninf), one, c)
+        return np.vectorize(lambda x: _code_of("e4m3", ELEMENT_FORMATS[e5].decode(int(x))) if
+                            not isinstance(ELEMENT_FORMATS[e5].decode(int(x)), float) else
+                            0x7F)(out).astype(np.uint8)
+    for fa, a, fb, b, sa, sb in (("mxfp8_e5m2", ac, "mxfp8_e4m3", e4(bc), asc, bsc),
+                                 ("mxfp8_e4m3", e4(bc), "mxfp8_e5m2", ac, bsc, asc)):
+        y = run(g, dev, a, sa, fa, b, sb, fb, block_m=16, block_n=16)
+        ref = blockseq_ref(a, sa, fa, b, sb, fb)
+        assert np.isposinf(ref).any() and np.isneginf(ref).any() and np.isnan(ref).any()
+        assert_bits(y, ref)
+
+
+def test_planes_every_code_pair():
+    """Every E4M3 code against every E5M2 code (NaN and Inf included): one product per block."""
+    from mxref.backends.triton_backend import load_kernels
+    g = load_kernels(True)["triton_gemm"]
+    ac = np.arange(256, dtype=np.uint8).reshape(256, 1)
+    bc = np.arange(256, dtype=np.uint8).reshape(256, 1)
+    s = np.full((256, 1), 127, np.uint8)
+    y = run(g, "cpu", ac, s, "mxfp8_e4m3", bc, s, "mxfp8_e5m2")
+    assert_bits(y, blockseq_ref(ac, s, "mxfp8_e4m3", bc, s, "mxfp8_e5m2"))
+
+
+def test_plane_tables_are_exact():
+    """Each finite code's plane entry reassembles its exact value (an independent decode)."""
+    from fractions import Fraction
+    from mxref.backends.triton_backend import load_kernels
+    g = load_kernels(True)["triton_gemm"]
+    for fmt, el in (("mxfp8_e4m3", "e4m3"), ("mxfp8_e5m2", "e5m2"), ("mxfp6_e3m2", "e3m2"),
+                    ("mxint8", "int8"), ("mxfp4", "e2m1")):
+        table, G = g._plane_table(el)
+        e = ELEMENT_FORMATS[el]
+        base = -e.frac_bits if e.kind == "int" else e.emin - e.mbits
+        for c in range(1 << e.bits):
+            v = e.decode(c)
+            ent = int(table[c])
+            if isinstance(v, float):
+                assert ent & (g._PLANE_NAN | g._PLANE_INF)
+                continue
+            val = ((ent & 0xFF) ^ 0x80) - 0x80
+            pl = (ent >> 8) & 15
+            assert pl < G
+            assert Fraction(val) * 2 ** (4 * pl) * Fraction(2) ** base == Fraction(v), (el, c)
 
 
 @pytest.mark.parametrize("shape", [(0, 5, 64), (5, 0, 64), (3, 4, 0), (0, 0, 0), (1, 1, 1),
