@@ -449,9 +449,9 @@ def _verify_exit(code: int, msg: str, as_json: bool, status: str):
 @click.option("--ops", multiple=True, metavar="OP[,OP]",
               help="Golden ops (default: every op the backend implements): the core ops "
                    "quantize_mx, quantize_mx_tensor, quantize_nvfp4, convert, dequantize, pack; "
-                   "rotate, quantize_rotated, gemm, rotated_gemm, quantize_mx_sr, mxfp4_to_fp8, "
-                   "fp8_to_mxfp4, reblock, decompose, macroblock, outlier_fallback, "
-                   "quantize_4over6.")
+                   "rotate, quantize_rotated, gemm, rotated_gemm, quantize_mx_sr, "
+                   "quantize_nvfp4_sr, mxfp4_to_fp8, fp8_to_mxfp4, reblock, decompose, "
+                   "macroblock, outlier_fallback, quantize_4over6.")
 @click.option("--classes", multiple=True, metavar="C[,C]", help="Coverage classes, e.g. E2,S7.")
 @click.option("-f", "--format", "formats", multiple=True, metavar="F[,F]")
 @click.option("--src-dtype", "src_dtypes", multiple=True, metavar="D[,D]",

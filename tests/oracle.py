@@ -285,6 +285,122 @@ def quantize_nvfp4_exact(rows, knobs, global_amax_bits=None, block_size=16, rbit
     return value_to_fp32_bits(0, T), scales, codes
 
 
+# ---- NVFP4, nvfp4_order = te / torchao: the peers' fp32 operation sequences -------------------
+F32_MAX = 0x7F7FFFFF
+F32_INF = 0x7F800000
+
+
+def f32_mul(a, b):
+    """fl(a * b) on fp32 bit patterns, IEEE specials, one RNE rounding of the exact product."""
+    va, vb, sign = fp32_bits_to_value(a), fp32_bits_to_value(b), ((a ^ b) >> 31) & 1
+    if "nan" in (va, vb):
+        return NAN32
+    if isinstance(va, str) or isinstance(vb, str):
+        zero = (not isinstance(va, str) and va[1] == 0) or (not isinstance(vb, str) and vb[1] == 0)
+        return NAN32 if zero else sign << 31 | F32_INF
+    return value_to_fp32_bits(sign, va[1] * vb[1])
+
+
+def f32_div(a, b):
+    """fl(a / b) on fp32 bit patterns (0/0, Inf/Inf NaN; x/0 Inf; x/Inf 0)."""
+    va, vb, sign = fp32_bits_to_value(a), fp32_bits_to_value(b), ((a ^ b) >> 31) & 1
+    if "nan" in (va, vb):
+        return NAN32
+    a_inf, b_inf = isinstance(va, str), isinstance(vb, str)
+    a_zero, b_zero = not a_inf and va[1] == 0, not b_inf and vb[1] == 0
+    if (a_inf and b_inf) or (a_zero and b_zero):
+        return NAN32
+    if a_inf or b_zero:
+        return sign << 31 | F32_INF
+    if b_inf or a_zero:
+        return sign << 31
+    return value_to_fp32_bits(sign, va[1] / vb[1])
+
+
+def f32_min_pos(a, b):
+    """fminf of two non-negative fp32 bit patterns: a NaN operand loses."""
+    if (a & 0x7FFFFFFF) > F32_INF:
+        return b
+    if (b & 0x7FFFFFFF) > F32_INF:
+        return a
+    return a if (a & 0x7FFFFFFF) <= (b & 0x7FFFFFFF) else b
+
+
+def _code_of_f32(b, fmt, rounding="rne", signed_zero="preserve", rbits=None):
+    """Element code of the fp32 pattern b (saturating; NaN -> the format's NaN or 0; an exact
+    zero is the 'exact zero input' of the signed-zero rule)."""
+    v = fp32_bits_to_value(b)
+    if v == "nan":
+        return nan_or_zero(fmt)
+    if isinstance(v, str):
+        return overflow_code(int(v == "-inf"), fmt, "saturate")
+    return round_to_element(v[0], v[1], fmt, rounding, "saturate", signed_zero, v[1] == 0, rbits)
+
+
+def quantize_nvfp4_order(rows, knobs, block_size=16, rbits=None):
+    """NVFP4 under any nvfp4_order of docs/semantics.md: (T_bits, scales, codes). The exact
+    order is :func:`quantize_nvfp4_exact`; te and torchao are written out here as their fp32
+    operation sequences (every fl() one RNE rounding of the exact value)."""
+    order = knobs["nvfp4_order"]
+    if order == "exact":
+        return quantize_nvfp4_exact(rows, knobs, block_size=block_size, rbits=rbits)
+    if knobs["flush_fp32_subnormals"] or knobs["overflow"] != "saturate":
+        raise NotImplementedError("oracle: te/torchao orders without flush, saturating")
+    one, six, c2688 = 0x3F800000, 0x40C00000, 0x45280000
+    two_level = knobs["nvfp4_tensor_scale"]
+    flat = [b for row in rows for b in row]
+    mags = [b & 0x7FFFFFFF for b in flat]
+    keep_inf = knobs["inf_in_block"] != "poison"
+    amax = max([m for m in mags if m < F32_INF or (keep_inf and m == F32_INF)], default=0)
+    if not two_level:
+        t, s_enc = one, one
+    elif order == "te":        # S_enc = min(2688 / amax, FLT_MAX); 1 if amax or S_enc is 0
+        s_enc = f32_min_pos(f32_div(c2688, amax), F32_MAX)
+        s_enc = one if amax == 0 or s_enc == 0 else s_enc
+        t = f32_div(one, s_enc)
+    else:                      # torchao: T = fl(amax / 2688), 0 for an all-zero tensor
+        t = f32_div(amax, c2688)
+    scales, codes = [], []
+    for i, row in enumerate(rows):
+        srow, crow = [], []
+        for j in range(0, len(row), block_size):
+            blk = row[j:j + block_size]
+            rb = rbits[i][j:j + block_size] if rbits is not None else [None] * len(blk)
+            has_nan, has_inf, bamax = classify(blk, knobs)
+            if (has_nan and knobs["nan_in_block"] == "poison") or \
+                    (has_inf and knobs["inf_in_block"] == "poison"):
+                srow.append(0x7F)
+                crow += [0] * len(blk)
+                continue
+            bam = F32_INF if has_inf else value_to_fp32_bits(0, bamax)
+            if order == "te":
+                sc6 = f32_mul(s_enc, f32_div(one, six))
+                sc = _code_of_f32(f32_min_pos(f32_mul(bam, sc6), F32_MAX), "e4m3")
+            else:
+                s = f32_div(bam, six)
+                s = f32_div(s, t) if two_level else s
+                if (s & 0x7FFFFFFF) <= F32_INF:          # torch.clamp keeps NaN
+                    s = min(max(s, 0x3C800000), 0x43E00000)
+                sc = _code_of_f32(s, "e4m3")
+            if knobs["nvfp4_scale_min"] == "tiny":
+                sc = max(sc, 0x08)
+            S = decode_element(sc, "e4m3")
+            sbits = NAN32 if S == "nan" else value_to_fp32_bits(0, S[1])
+            if order == "te":
+                mult = f32_min_pos(f32_div(one, f32_mul(sbits, t)), F32_MAX)
+            else:
+                mult = f32_div(f32_div(one, t) if two_level else one, sbits)
+            srow.append(sc)
+            for b, r in zip(blk, rb):
+                y = f32_mul(b, mult)
+                if order == "torchao" and F32_INF >= (y & 0x7FFFFFFF) > six:
+                    y = (y & 0x80000000) | six              # torch.clamp(-6, 6)
+                crow.append(_code_of_f32(y, "e2m1", knobs["rounding"], knobs["signed_zero"], r))
+        scales.append(srow)
+        codes.append(crow)
+    return t, scales, codes
+
+
 def dequantize_nvfp4_value(code, scale_code, t_bits):
     """fp32 bits of e2m1(code) * e4m3(scale_code) * T, rounded once (E4M3 NaN scale -> NaN)."""
     S = decode_element(scale_code, "e4m3")

@@ -46,6 +46,7 @@ def test_corpus_has_every_new_op():
     (GemmZeroScale, "gemm", {"G3"}),
     (RotateFloat64, "rotate", {"H2"}),
     (SRStrict, "quantize_mx_sr", {"SR4"}),
+    (SRStrict, "quantize_nvfp4_sr", {"SR4"}),
 ])
 def test_planted_bug_in_new_op_is_caught(backend, op, must_name):
     rep = verify(backend(), ops=[op], profiles=["ocp"], max_errors=3)
@@ -55,8 +56,9 @@ def test_planted_bug_in_new_op_is_caught(backend, op, must_name):
     assert rep.doc["summary"]["passed_cases"] > 0
 
 
-def test_sr_strict_only_fails_where_f_plus_r_is_exactly_2_32():
-    rep = verify(SRStrict(), ops=["quantize_mx_sr"], profiles=["ocp"])
+@pytest.mark.parametrize("op", ["quantize_mx_sr", "quantize_nvfp4_sr"])
+def test_sr_strict_only_fails_where_f_plus_r_is_exactly_2_32(op):
+    rep = verify(SRStrict(), ops=[op], profiles=["ocp"])
     bad = _bad_classes(rep)
     assert set(bad) == {"SR4"}, bad       # Philox words, r = 0, r = 2^32 - 1 all agree
 
@@ -202,7 +204,8 @@ def _corrupting(op):
 @pytest.mark.parametrize("op", EXT_OPS)
 def test_each_new_runner_catches_a_single_flipped_bit(op):
     assert set(EXT_OPS) == {"rotate", "quantize_rotated", "gemm", "rotated_gemm",
-                            "quantize_mx_sr", "mxfp4_to_fp8", "fp8_to_mxfp4", "reblock",
+                            "quantize_mx_sr", "quantize_nvfp4_sr", "mxfp4_to_fp8",
+                            "fp8_to_mxfp4", "reblock",
                             "decompose", "macroblock", "outlier_fallback", "quantize_4over6"}
     rep = verify(_corrupting(op)(), ops=[op], levels=(0,))
     s = rep.doc["summary"]

@@ -164,6 +164,24 @@ def test_content_drift_detected(corpus):
     assert r.exit_code == 3 and "sha256 content" in r.output
 
 
+def test_generate_one_suite_keeps_the_rest_of_the_manifest(corpus):
+    """`generate --suite OP` rewrites OP's files of the given levels and keeps every other
+    manifest entry (and file) as it was; the result passes `golden check`."""
+    before = json.loads((corpus / "MANIFEST.json").read_text())["files"]
+    other = next(r for r, e in before.items() if e["op"] == "pack" and e["level"] == 0)
+    other_bytes = (corpus / other).read_bytes()
+    r = _cli("generate", "--level", "0", "--suite", "dequantize", "--out", str(corpus))
+    assert r.exit_code == 0, r.output
+    after = json.loads((corpus / "MANIFEST.json").read_text())["files"]
+    assert set(after) == set(before)
+    for rel, e in before.items():
+        assert after[rel]["sha256_content"] == e["sha256_content"], rel
+        if not (e["op"] == "dequantize" and e["level"] == 0):
+            assert after[rel] == e, rel
+    assert (corpus / other).read_bytes() == other_bytes
+    assert _cli("golden", "check", str(corpus)).exit_code == 0
+
+
 def test_size_limit(corpus, monkeypatch):
     monkeypatch.setattr(store, "MAX_FILE_BYTES", 10)
     with pytest.raises(GoldenIntegrityError, match="size limit"):

@@ -194,7 +194,7 @@ def test_claims_cover_every_profile_with_goldens(backend):
     with_files = {_profile_of(r) for r in FILES}
     assert set(backend.profiles) <= with_files
     assert set(backend.ops) == {"quantize_mx", "quantize_mx_tensor", "quantize_nvfp4",
-                                "convert", "dequantize", "pack"}
+                                "convert", "dequantize", "pack", "quantize_nvfp4_sr"}
 
 
 def test_planted_bug_is_caught(backend):

@@ -57,6 +57,10 @@ b_tensor_scale=None) -> uint32 [M, N]``
 ``quantize_mx_sr(src, rbits, *, src_dtype, fmt, profile, axis) -> (scales, codes)``
     the profile with stochastic rounding and the given uint32 words; optional
     ``random_bits(n, *, seed, offset) -> uint32 [n]`` (checked against tl.randint's stream).
+``quantize_nvfp4_sr(src, rbits, *, src_dtype, profile) -> (scales, codes, tensor_scale)``
+    NVFP4 as ``quantize_nvfp4`` (``src`` ``[T, R, C]``, each tensor its own global amax), the
+    profile with stochastic rounding and one uint32 word per element (``rbits`` uint32, shaped
+    like ``src``); ``random_bits`` as above.
 ``mxfp4_to_fp8(scales, codes, *, group) -> (group_scales, fp8_codes, exact)``,
 ``fp8_to_mxfp4(group_scales, codes, *, group, profile) -> (scales, codes)``,
 ``reblock(scales, codes, *, fmt, profile, axis) -> (scales, codes)``
@@ -83,8 +87,8 @@ from ..errors import MXRefError
 
 CORE_OPS = ("quantize_mx", "quantize_mx_tensor", "quantize_nvfp4", "convert", "dequantize",
             "pack")
-EXT_OPS = ("rotate", "quantize_rotated", "gemm", "quantize_mx_sr", "mxfp4_to_fp8",
-           "fp8_to_mxfp4", "reblock", "decompose", "rotated_gemm", "macroblock",
+EXT_OPS = ("rotate", "quantize_rotated", "gemm", "quantize_mx_sr", "quantize_nvfp4_sr",
+           "mxfp4_to_fp8", "fp8_to_mxfp4", "reblock", "decompose", "rotated_gemm", "macroblock",
            "outlier_fallback", "quantize_4over6")
 GOLDEN_OPS = CORE_OPS + EXT_OPS
 

@@ -143,6 +143,19 @@ class NumbaBackend(Backend):
         mx = quantize(x, fmt, sr_profile(profile), axis=axis, source_dtype=sd, rbits=rbits)
         return mx.scales, mx.codes
 
+    def quantize_nvfp4_sr(self, src, rbits, *, src_dtype, profile):
+        from ..golden.suites_ext import sr_profile
+        prof = sr_profile(profile)
+        scales = np.empty(src.shape[:-1] + (src.shape[-1] // 16,), np.uint8)
+        codes = np.empty(src.shape, np.uint8)
+        ts = np.empty(src.shape[0], np.uint32)
+        for t in range(src.shape[0]):        # each tensor has its own global amax
+            x, sd = _view(src[t], src_dtype)
+            mx = quantize(x, "nvfp4", prof, axis=-1, source_dtype=sd, rbits=rbits[t])
+            scales[t], codes[t] = mx.scales, mx.codes
+            ts[t] = np.float32(mx.tensor_scale).view(np.uint32)
+        return scales, codes, ts
+
     def random_bits(self, n, *, seed, offset):
         from ..quantize import random_bits
         return random_bits((n,), seed, offset)

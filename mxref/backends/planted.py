@@ -164,9 +164,15 @@ class SRStrict(_Planted):
     name, bug = ("planted-sr-strict", "stochastic rounding rounds up only when f + r > 2^32 "
                  "(the rule is >=)")
 
+    @staticmethod
+    def _strict(rbits):
+        return np.maximum(rbits.astype(np.int64) - 1, 0).astype(np.uint32)
+
     def quantize_mx_sr(self, src, rbits, **kw):
-        r = rbits.astype(np.int64) - 1
-        return super().quantize_mx_sr(src, np.maximum(r, 0).astype(np.uint32), **kw)
+        return super().quantize_mx_sr(src, self._strict(rbits), **kw)
+
+    def quantize_nvfp4_sr(self, src, rbits, **kw):
+        return super().quantize_nvfp4_sr(src, self._strict(rbits), **kw)
 
 
 PLANTED = {"ties_away": TiesAway, "f32_log2_scale": Float32Log2Scale,

@@ -33,7 +33,9 @@ def _emu():
 
 class TorchBackend(Backend):
     name = "torch"
-    ops = frozenset(CORE_OPS)
+    # quantize_nvfp4_sr: torch_emu's NVFP4 with rand_bits, a second implementation of the SR
+    # rule beside the reference (the MX SR op is not wired: torch_emu.quantize_mx would do)
+    ops = frozenset(CORE_OPS + ("quantize_nvfp4_sr",))
     profiles = CLAIMED_PROFILES
 
     def __init__(self, device: str | None = None):
@@ -133,6 +135,14 @@ class TorchBackend(Backend):
         emu = _emu()
         scales, codes, ts = emu.quantize_nvfp4(self._t(src), self._src_dtype(src_dtype), profile,
                                                batch_dims=1)
+        return self._np(scales, np.uint8), self._np(codes, np.uint8), self._np(ts, np.uint32)
+
+    def quantize_nvfp4_sr(self, src, rbits, *, src_dtype, profile):
+        from ..golden.suites_ext import sr_profile
+        emu = _emu()
+        scales, codes, ts = emu.quantize_nvfp4(self._t(src), self._src_dtype(src_dtype),
+                                               sr_profile(profile), batch_dims=1,
+                                               rand_bits=self._t(np.asarray(rbits, np.uint32)))
         return self._np(scales, np.uint8), self._np(codes, np.uint8), self._np(ts, np.uint32)
 
     def convert(self, src, *, src_dtype, fmt, profile):

@@ -68,6 +68,11 @@ def test_quantize_mx_sr(request, mx_golden_case):
     check_case(request, mx_golden_case)
 
 
+@_op("quantize_nvfp4_sr")
+def test_quantize_nvfp4_sr(request, mx_golden_case):
+    check_case(request, mx_golden_case)
+
+
 @_op("mxfp4_to_fp8")
 def test_mxfp4_to_fp8(request, mx_golden_case):
     check_case(request, mx_golden_case)

@@ -18,9 +18,17 @@ MANIFEST = "MANIFEST.json"
 
 
 def generate(root: Path, levels, ops=None, progress=None, cross_check=True) -> dict:
-    """Write every file of the given levels under root, and root/MANIFEST.json."""
+    """Write every file of the given levels (and ops) under root, and root/MANIFEST.json.
+
+    Entries of an existing manifest outside this run's levels and ops are kept as they are
+    (their files are not rewritten), so ``--suite OP`` adds or refreshes one op's files; the
+    manifest's generator hash is the current one. Returns the entries written by this run."""
     root = Path(root)
     specs = [s for lv in levels for s in file_specs(lv, ops)]
+    kept = {}
+    if (root / MANIFEST).is_file():
+        kept = {rel: e for rel, e in load_manifest(root)["files"].items()
+                if e["level"] not in set(levels) or (ops is not None and e["op"] not in ops)}
     entries = {}
     for spec in specs:
         res = build_file(spec, root, cross_check=cross_check)
@@ -31,7 +39,7 @@ def generate(root: Path, levels, ops=None, progress=None, cross_check=True) -> d
         data, rows, cov = res
         table = pa.ipc.open_file(pa.BufferReader(data)).read_all()
         entries[spec.relpath] = manifest_entry(spec, data, rows, cov, content_hash(table))
-    (root / MANIFEST).write_text(dumps_manifest(entries))
+    (root / MANIFEST).write_text(dumps_manifest({**kept, **entries}))
     return entries
 
 

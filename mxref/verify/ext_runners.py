@@ -318,23 +318,65 @@ def run_quantize_mx_sr(backend, t, res, rows, profile):
         cmp.field("scale", es, s[:, 0], detail=_bits_detail(es[:, None], s, 2))
         cmp.field("elems", ec, c, dont_care=np.broadcast_to((es == 0xFF)[:, None], ec.shape),
                   detail=_bits_detail(ec, c, 2))
-    cls = res.classes
-    if hasattr(backend, "random_bits"):
-        seed, off = column_numpy(t, "seed"), column_numpy(t, "offset")
-        skipped = set()
-        for i, r in enumerate(rows):
-            if cls[r] != "SR1":
-                continue
+    _check_sr_stream(backend, t, res, rows, rb)
 
-            def go2(r=r):
-                w = backend.random_bits(32, seed=int(seed[r]), offset=int(off[r]))
-                return _as_array(np.asarray(w), "random_bits", (32,), np.uint32)
-            w = _soft_call(res, np.array([r]), go2, skipped, "random_bits")
-            if w is not None:
-                _Compare(res, np.array([r])).field("rbits", rb[i][None], w[None],
-                                                   detail=_bits_detail(rb[i][None], w[None]))
-        if skipped:
-            res.notes = sorted(skipped)
+
+def _check_sr_stream(backend, t, res, rows, rb):
+    """SR1 rows store the Philox stream of (seed, offset): a backend with ``random_bits`` must
+    reproduce each row's words (rb: [len(rows), n] uint32, the rows' stored words)."""
+    if not hasattr(backend, "random_bits"):
+        return
+    cls = res.classes
+    seed, off = column_numpy(t, "seed"), column_numpy(t, "offset")
+    n = rb.shape[1]
+    skipped = set()
+    for i, r in enumerate(rows):
+        if cls[r] != "SR1":
+            continue
+
+        def go2(r=r):
+            w = backend.random_bits(n, seed=int(seed[r]), offset=int(off[r]))
+            return _as_array(np.asarray(w), "random_bits", (n,), np.uint32)
+        w = _soft_call(res, np.array([r]), go2, skipped, "random_bits")
+        if w is not None:
+            _Compare(res, np.array([r])).field("rbits", rb[i][None], w[None],
+                                               detail=_bits_detail(rb[i][None], w[None]))
+    if skipped:
+        res.notes = sorted(set(getattr(res, "notes", [])) | skipped)
+
+
+# ---- quantize_nvfp4_sr -----------------------------------------------------------------------
+def run_quantize_nvfp4_sr(backend, t, res, rows, profile):
+    """Each row is one [4, 16] tensor with its words: scales, codes and the tensor scale are
+    compared bit for bit (a poisoned NVFP4 block is scale 0x7F and codes 0: nothing is
+    don't-care)."""
+    gf = res.gf
+    shape = _logical_shape(t, "src_bits")
+    src = np.ascontiguousarray(column_numpy(t, "src_bits")[rows]).reshape(len(rows), *shape)
+    rb = np.ascontiguousarray(column_numpy(t, "rbits")[rows]).reshape(src.shape)
+    es = column_numpy(t, "exp_scales")[rows]
+    ec = column_numpy(t, "exp_codes")[rows]
+    ets = column_numpy(t, "exp_tensor_scale")[rows]
+    T, M, C = src.shape
+
+    def go():
+        s, c, ts = backend.quantize_nvfp4_sr(src, rb, src_dtype=gf.src_dtype, profile=profile)
+        return (_as_array(s, "quantize_nvfp4_sr scales", (T, M, C // 16), np.uint8),
+                _as_array(c, "quantize_nvfp4_sr codes", (T, M, C), np.uint8),
+                _as_array(ts, "quantize_nvfp4_sr tensor_scale", (T,), np.uint32))
+    out = _call(res, rows, go)
+    if out is not None:
+        s, c, ts = out
+        s, c = s.reshape(T, -1), c.reshape(T, -1)
+        res.put("actual_scales", rows, s)
+        res.put("actual_codes", rows, c)
+        res.put("actual_tensor_scale", rows, ts)
+        cmp = _Compare(res, rows)
+        cmp.field("scale", es, s, detail=_bits_detail(es, s, 2))
+        cmp.field("elems", ec, c, detail=_bits_detail(ec, c, 2))
+        cmp.field("tensor_scale", ets[:, None], ts[:, None],
+                  detail=_bits_detail(ets[:, None], ts[:, None]))
+    _check_sr_stream(backend, t, res, rows, rb.reshape(T, -1))
 
 
 # ---- FP8 <-> MXFP4, reblock ------------------------------------------------------------------
@@ -507,7 +549,8 @@ def run_quantize_4over6(backend, t, res, rows, profile):
 
 
 EXT_RUNNERS = {"rotate": run_rotate, "quantize_rotated": run_quantize_rotated, "gemm": run_gemm,
-               "quantize_mx_sr": run_quantize_mx_sr, "mxfp4_to_fp8": run_mxfp4_to_fp8,
+               "quantize_mx_sr": run_quantize_mx_sr, "quantize_nvfp4_sr": run_quantize_nvfp4_sr,
+               "mxfp4_to_fp8": run_mxfp4_to_fp8,
                "fp8_to_mxfp4": run_fp8_to_mxfp4, "reblock": run_reblock,
                "decompose": run_decompose, "rotated_gemm": run_rotated_gemm,
                "macroblock": run_macroblock, "outlier_fallback": run_outlier_fallback,
