@@ -567,34 +567,22 @@ def _e4m3_code_of_f32(x):
 
 
 @triton.jit
-def nvfp4_quantize_kernel(
-        x_ptr, consts_ptr, scale_ptr, code_ptr, n_rows, n_cols, n_blk, rows_per_tensor,
-        SRC: tl.constexpr, BLOCK: tl.constexpr, BLOCK_ROWS: tl.constexpr,
-        ORDER: tl.constexpr, TWO_LEVEL: tl.constexpr, SCALE_MIN_TINY: tl.constexpr,
-        ROUNDING: tl.constexpr, OVERFLOW: tl.constexpr, NAN_POISON: tl.constexpr,
-        INF_POISON: tl.constexpr, SIGNED_ZERO: tl.constexpr, FLUSH: tl.constexpr):
-    """NVFP4 blocks of a contiguous [n_rows, n_cols] array (tensor t = row // rows_per_tensor,
-    its constants at consts[t]): E4M3 block scales [n_rows, n_blk] and E2M1 codes."""
-    g, g_ok, r, offs, m = _tile(n_rows, n_cols, n_blk, BLOCK, BLOCK_ROWS)
-    b = _widen_to_f32(tl.load(x_ptr + offs, mask=m, other=0), SRC)
-    a = b & 0x7FFFFFFF
-    if FLUSH:                        # amax and the exact order see flushed inputs
-        a = tl.where(a < 0x800000, 0, a)
-    tix = r // rows_per_tensor
-    t = tl.load(consts_ptr + tix * 3, mask=g_ok, other=_F32_ONE)
-    sc6 = tl.load(consts_ptr + tix * 3 + 2, mask=g_ok, other=0)
-
+def _nvfp4_block_scales(a, t, sc6, NAN_POISON: tl.constexpr, INF_POISON: tl.constexpr,
+                        ORDER: tl.constexpr, TWO_LEVEL: tl.constexpr,
+                        SCALE_MIN_TINY: tl.constexpr):
+    """E4M3 block scale codes (int32) and the poisoned flags of the [BLOCK_ROWS, 16] fp32
+    magnitudes ``a`` (flushed where the profile flushes), with each block's tensor constants
+    T and S_enc / 6 (te). Shared by the RNE and the stochastic-rounding NVFP4 kernels (the
+    block scale never depends on the rounding mode)."""
     amax = _max_along(tl.where(a < _F32_INF, a, 0), 1)
     has_nan = _max_along(tl.where(a > _F32_INF, 1, 0), 1) > 0
     has_inf = _max_along(tl.where(a == _F32_INF, 1, 0), 1) > 0
-    poison = g < 0                   # all False
+    poison = amax < 0                # all False
     if NAN_POISON:
         poison = poison | has_nan
     if INF_POISON:
         poison = poison | has_inf
     amax = tl.where(has_inf, _F32_INF, amax)
-
-    # block scale (E4M3 code)
     if ORDER == 0:     # exact: E4M3_rne_satfinite(amax / (6 T)), one rounding
         sa, ea = _normalize(amax)
         st, et = _f32_parts(t)
@@ -618,39 +606,83 @@ def nvfp4_quantize_kernel(
         sc = _e4m3_code_of_f32(sv)
     if SCALE_MIN_TINY:
         sc = tl.maximum(sc, 0x08)
+    return sc, poison
+
+
+@triton.jit
+def _nvfp4_exact_quotient(a, sc, t, SHIFT: tl.constexpr):
+    """Exact order: |x| / (S T) for the magnitudes ``a`` [BLOCK_ROWS, 16] and their blocks'
+    E4M3 codes ``sc``, as (q int64, exp2, sticky): x's normalized 24-bit significand shifted
+    left by SHIFT over the E4M3 x fp32 significands (< 2^28). SHIFT 36 leaves >= 31 bits in q
+    (enough for nearest rounding with the sticky bit); 38 leaves >= 34, so >= 32 lie below
+    the E2M1 quantum, as stochastic rounding's f needs (mxref._kernels.element_quotient).
+    Elements with a == 0 or S == 0 give q = 1: the caller writes zeros there."""
+    _, ss, es, _, _ = _element_value(sc, False, 3, -6, 7, 7, 0x7F, -1)
+    sx, ex = _normalize(a)
+    st, et = _f32_parts(t)
+    den = (ss * st).to(tl.int64)[:, None]
+    num = sx.to(tl.int64) << SHIFT
+    q = num // tl.where(den == 0, 1, den)
+    sticky = (num - q * den) != 0
+    return tl.where(a == 0, 1, q), ex - SHIFT - 23 - (es + et)[:, None], sticky
+
+
+@triton.jit
+def _nvfp4_cast_input(b, sc, t, ORDER: tl.constexpr, TWO_LEVEL: tl.constexpr):
+    """te and torchao orders: the fp32 bits entering the E2M1 cast of the elements ``b``
+    [BLOCK_ROWS, 16] (their blocks' E4M3 codes ``sc``, tensor scales ``t``):
+    fl(x * min(fl(1 / fl(S T)), FLT_MAX)) (te) or clamp(fl(x * fl(fl(1 / T) / S)), -6, 6)
+    (torchao 0.18, the reciprocal of the combined scale)."""
+    s_neg, ss, es, s_nan, _ = _element_value(sc, False, 3, -6, 7, 7, 0x7F, -1)
+    sval = tl.where(s_nan, _F32_QNAN, _to_f32(s_neg, ss, es))
+    if ORDER == 1:
+        inv = _f32_min_pos(_f32_div(tl.full(sval.shape, _F32_ONE, tl.int32),
+                                    _f32_mul(sval, t)),
+                           tl.full(sval.shape, _F32_MAX, tl.int32))
+        y = _f32_mul(b, inv[:, None])
+    else:
+        one = tl.full(sval.shape, _F32_ONE, tl.int32)
+        if TWO_LEVEL:
+            recip = _f32_div(_f32_div(one, t), sval)
+        else:
+            recip = _f32_div(one, sval)
+        y = _f32_mul(b, recip[:, None])
+        ay = y & 0x7FFFFFFF
+        y = tl.where((ay <= _F32_INF) & (ay > _F32_SIX), (y & -2147483648) | _F32_SIX, y)
+    return y
+
+
+@triton.jit
+def nvfp4_quantize_kernel(
+        x_ptr, consts_ptr, scale_ptr, code_ptr, n_rows, n_cols, n_blk, rows_per_tensor,
+        SRC: tl.constexpr, BLOCK: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+        ORDER: tl.constexpr, TWO_LEVEL: tl.constexpr, SCALE_MIN_TINY: tl.constexpr,
+        ROUNDING: tl.constexpr, OVERFLOW: tl.constexpr, NAN_POISON: tl.constexpr,
+        INF_POISON: tl.constexpr, SIGNED_ZERO: tl.constexpr, FLUSH: tl.constexpr):
+    """NVFP4 blocks of a contiguous [n_rows, n_cols] array (tensor t = row // rows_per_tensor,
+    its constants at consts[t]): E4M3 block scales [n_rows, n_blk] and E2M1 codes.
+    (Stochastic rounding: triton_sr.nvfp4_quantize_sr_kernel, the same helpers.)"""
+    g, g_ok, r, offs, m = _tile(n_rows, n_cols, n_blk, BLOCK, BLOCK_ROWS)
+    b = _widen_to_f32(tl.load(x_ptr + offs, mask=m, other=0), SRC)
+    a = b & 0x7FFFFFFF
+    if FLUSH:                        # amax and the exact order see flushed inputs
+        a = tl.where(a < 0x800000, 0, a)
+    tix = r // rows_per_tensor
+    t = tl.load(consts_ptr + tix * 3, mask=g_ok, other=_F32_ONE)
+    sc6 = tl.load(consts_ptr + tix * 3 + 2, mask=g_ok, other=0)
+
+    sc, poison = _nvfp4_block_scales(a, t, sc6, NAN_POISON, INF_POISON, ORDER, TWO_LEVEL,
+                                     SCALE_MIN_TINY)
     tl.store(scale_ptr + g, tl.where(poison, 0x7F, sc).to(tl.uint8), mask=g_ok)
 
-    # elements
-    s_neg, ss, es, s_nan, _ = _element_value(sc, False, 3, -6, 7, 7, 0x7F, -1)
     if ORDER == 0:     # E2M1_round(x / (S T)), one rounding
-        sx, ex = _normalize(a)
-        st, et = _f32_parts(t)
-        den = (ss * st).to(tl.int64)[:, None]
-        num = sx.to(tl.int64) << 36
-        q = num // tl.where(den == 0, 1, den)
-        sticky = (num - q * den) != 0
-        code, huge = _round_sig(tl.where(a == 0, 1, q), ex - 23 - 36 - (es + et)[:, None],
-                                sticky, 1, 0, 1, False, ROUNDING, False)
+        q, e, sticky = _nvfp4_exact_quotient(a, sc, t, 36)
+        code, huge = _round_sig(q, e, sticky, 1, 0, 1, False, ROUNDING, False)
         code = tl.where((a == 0) | (sc[:, None] == 0), 0, code)
         code = _finish(code, huge, (b >> 31) & 1, a, False, 7, 3, -1, -1, OVERFLOW,
                        SIGNED_ZERO)
     else:
-        sval = tl.where(s_nan, _F32_QNAN, _to_f32(s_neg, ss, es))
-        if ORDER == 1:
-            inv = _f32_min_pos(_f32_div(tl.full(sval.shape, _F32_ONE, tl.int32),
-                                        _f32_mul(sval, t)),
-                               tl.full(sval.shape, _F32_MAX, tl.int32))
-            y = _f32_mul(b, inv[:, None])
-        else:
-            # torchao 0.18: x * fl(fl(1 / T) / S), the reciprocal of the combined scale
-            one = tl.full(sval.shape, _F32_ONE, tl.int32)
-            if TWO_LEVEL:
-                recip = _f32_div(_f32_div(one, t), sval)
-            else:
-                recip = _f32_div(one, sval)
-            y = _f32_mul(b, recip[:, None])
-            ay = y & 0x7FFFFFFF
-            y = tl.where((ay <= _F32_INF) & (ay > _F32_SIX), (y & -2147483648) | _F32_SIX, y)
+        y = _nvfp4_cast_input(b, sc, t, ORDER, TWO_LEVEL)
         code = _encode(y, 0, False, 1, 0, 1, 7, 3, -1, -1, ROUNDING, OVERFLOW, SIGNED_ZERO,
                        FLUSH)
     code = tl.where(poison[:, None], 0, code)
@@ -959,10 +991,11 @@ def nvfp4_quantize(x: torch.Tensor, profile="ocp", src_dtype: str | None = None,
     consts = torch.zeros((n_t, 3), dtype=torch.int32, device=dev)
     codes = torch.empty(tuple(bits.shape), dtype=torch.uint8, device=dev)
     scales = torch.empty(tuple(bits.shape[:-1]) + (nblk,), dtype=torch.uint8, device=dev)
-    if n_t:
-        if per_tensor:
-            nvfp4_amax_kernel[(n_t * triton.cdiv(per_tensor, ce_amax["BLOCK_N"]),)](
-                xc.reshape(n_t, per_tensor), amax, per_tensor, **ce_amax)
+    if n_t and not per_tensor:
+        consts[:, 0] = 0x3F800000     # empty tensors: T = 1 (mxref.quantize), any op order
+    elif n_t:
+        nvfp4_amax_kernel[(n_t * triton.cdiv(per_tensor, ce_amax["BLOCK_N"]),)](
+            xc.reshape(n_t, per_tensor), amax, per_tensor, **ce_amax)
         nvfp4_tensor_scale_kernel[(triton.cdiv(n_t, ce_ts["BLOCK_T"]),)](
             amax, consts, n_t, **ce_ts)
         if rows * nblk:

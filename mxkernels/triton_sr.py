@@ -14,9 +14,17 @@ is the generic MX quantization of :mod:`mxkernels.triton_quant`, whose helpers a
 only the rounding step differs (:func:`_round_sig_sr`, integers only, as
 ``mxref._kernels.round_magnitude`` in its stochastic branch).
 
-Kernels: :func:`random_bits_kernel`, :func:`mx_quantize_sr_kernel` (RB_MODE 0: rbits from
-memory; 1: Philox in-kernel). Launchers: :func:`random_bits`, :func:`quantize_sr`.
-NVFP4 stochastic rounding is not implemented here (KernelUnsupported).
+NVFP4 (:func:`nvfp4_quantize_sr_kernel`) reuses triton_quant's NVFP4 helpers the same way:
+block scales (never rounding-dependent), the exact order's quotient (taken with 38 bits of
+shift, so >= 32 of its bits lie below the E2M1 quantum) and the te / torchao orders' fp32
+cast input; only the E2M1 rounding is stochastic. The tensor scale comes from
+triton_quant's amax and tensor-scale kernels.
+
+Kernels: :func:`random_bits_kernel`, :func:`mx_quantize_sr_kernel`,
+:func:`nvfp4_quantize_sr_kernel` (RB_MODE 0: rbits from memory; 1: Philox in-kernel).
+Launchers: :func:`random_bits`, :func:`quantize_sr` (MX), :func:`quantize_nvfp4_sr`.
+Bad input raises :class:`SRWordsError` / :class:`SRProfileError` (both KernelUnsupported and
+the reference's ShapeError / ProfileConflictError).
 """
 from __future__ import annotations
 
@@ -25,14 +33,29 @@ import triton
 import triton.language as tl
 from mxkernels._memo import memo_dict
 
-from mxkernels.triton_quant import (KernelUnsupported, _as_bits, _auto_block_rows,
+from mxkernels.triton_quant import (KernelUnsupported, _as_bits, _auto_block_rows, _bitlen64,
                                     _block_size, _finish, _max_along, _normalize, _norm_axis,
-                                    _rows_view, _shared_exponent, _src_kind, _tile,
-                                    _widen_to_f32, element_constexprs, profile_constexprs)
-from mxref.formats import get_format
+                                    _nvfp4_block_scales, _nvfp4_cast_input,
+                                    _nvfp4_exact_quotient, _rows_view, _shared_exponent,
+                                    _src_kind, _tile, _widen_to_f32, element_constexprs,
+                                    mx_constexprs, nvfp4_amax_kernel, nvfp4_tensor_scale_kernel,
+                                    profile_constexprs)
+from mxref.errors import ProfileConflictError, ShapeError
+from mxref.formats import FORMATS, get_format
 from mxref.profiles import get_profile
 
-__all__ = ["random_bits", "quantize_sr", "sr_constexprs", "aot_specs", "KERNELS", "ARG_TYPES"]
+__all__ = ["random_bits", "quantize_sr", "quantize_nvfp4_sr", "sr_constexprs",
+           "nvfp4_sr_constexprs", "SRWordsError", "SRProfileError", "aot_specs", "KERNELS",
+           "ARG_TYPES"]
+
+
+class SRWordsError(KernelUnsupported, ShapeError):
+    """Random words the SR kernels cannot take: rbits of another shape, dtype or device, or
+    not exactly one of rbits / seed."""
+
+
+class SRProfileError(KernelUnsupported, ProfileConflictError):
+    """A format / profile pair the SR kernels do not take (an MX profile for NVFP4, ...)."""
 
 _INF: tl.constexpr = tl.constexpr(0x7F800000)
 _TWO32: tl.constexpr = tl.constexpr(4294967296)
@@ -100,30 +123,44 @@ def random_bits_kernel(out_ptr, n, seed_lo, seed_hi, offset, BLOCK_N: tl.constex
 @triton.jit
 def _round_sig_sr(q, exp2, rb, MBITS: tl.constexpr, EMIN: tl.constexpr, BIAS: tl.constexpr,
                   IS_INT: tl.constexpr):
-    """Stochastically round q * 2^exp2 (q: int32, a normalized 24-bit significand 2^23 <= q
-    < 2^24, or 0) onto the float grid (MBITS, EMIN, BIAS) or the fixed-point grid of quantum
-    2^-MBITS (IS_INT), with the uint32 word ``rb``: up iff floor(frac * 2^32) + rb >= 2^32.
-    Returns (magnitude code, 'certainly overflows'), as triton_quant._round_sig."""
-    e_true = 23 + exp2
+    """Stochastically round q * 2^exp2 onto the float grid (MBITS, EMIN, BIAS) or the
+    fixed-point grid of quantum 2^-MBITS (IS_INT), with the uint32 word ``rb``: up iff
+    floor(frac * 2^32) + rb >= 2^32. q: int32, a normalized 24-bit significand
+    (2^23 <= q < 2^24) or 0; or int64, positive and below 2^62, whose value is exactly q
+    (its first 32 bits below the quantum are f: the NVFP4 exact order's quotient, whose
+    remainder is less than one unit of q, passes >= 32 such bits). Returns (magnitude code,
+    'certainly overflows'), as triton_quant._round_sig."""
+    if q.dtype == tl.int64:
+        p = _bitlen64(q) - 1
+    else:
+        p = 23
+    e_true = p + exp2
     if IS_INT:
         r = -MBITS - exp2
     else:
         r = tl.maximum(e_true, EMIN) - MBITS - exp2
     exact = r < 1                                    # no bit discarded
-    n = q >> tl.minimum(tl.maximum(r, 1), 25)        # >= 25 discards everything
     # f = floor((q mod 2^r) * 2^32 / 2^r) in uint32: for r <= 32 the left shift by 32 - r
-    # drops the integer part by wrap-around; for r > 32 it is q >> (r - 32) (0 from r = 56)
-    qu = q.to(tl.uint32, bitcast=True)
-    f_lo = qu << tl.minimum(tl.maximum(32 - r, 0), 31).to(tl.uint32)
-    f_hi = qu >> tl.minimum(tl.maximum(r - 32, 0), 31).to(tl.uint32)
+    # drops the integer part by wrap-around; for r > 32 it is q >> (r - 32) (0 from r = 56
+    # for the 24-bit q)
+    if q.dtype == tl.int64:
+        n = q >> tl.minimum(tl.maximum(r, 1), 63).to(tl.int64)
+        qu = q.to(tl.uint64, bitcast=True)
+        f_lo = (qu << tl.minimum(tl.maximum(32 - r, 0), 31).to(tl.uint64)).to(tl.uint32)
+        f_hi = (qu >> tl.minimum(tl.maximum(r - 32, 0), 63).to(tl.uint64)).to(tl.uint32)
+    else:
+        n = q >> tl.minimum(tl.maximum(r, 1), 25)    # >= 25 discards everything
+        qu = q.to(tl.uint32, bitcast=True)
+        f_lo = qu << tl.minimum(tl.maximum(32 - r, 0), 31).to(tl.uint32)
+        f_hi = qu >> tl.minimum(tl.maximum(r - 32, 0), 31).to(tl.uint32)
     f = tl.where(r <= 32, f_lo, f_hi)
     up = (f.to(tl.int64) + rb.to(tl.int64)) >= _TWO32
-    n = n + tl.where(up & (r >= 1), 1, 0)
+    n = (n + tl.where(up & (r >= 1), 1, 0)).to(tl.int32)
     if IS_INT:
         code = n
         huge = exact
     else:
-        n = tl.where(exact, q << tl.maximum(-r, 0), n)
+        n = tl.where(exact, (q << tl.maximum(-r, 0).to(q.dtype)).to(tl.int32), n)
         CAP: tl.constexpr = (1 << (31 - MBITS)) - 2 - BIAS
         huge = e_true > CAP
         code = ((tl.minimum(tl.maximum(e_true, EMIN), CAP) + (BIAS - 1)) << MBITS) + n
@@ -224,6 +261,57 @@ def mx_quantize_sr_kernel(
     tl.store(code_ptr + offs, code.to(tl.uint8), mask=m)
 
 
+@triton.jit
+def nvfp4_quantize_sr_kernel(
+        x_ptr, rb_ptr, consts_ptr, scale_ptr, code_ptr, n_rows, n_cols, n_blk, rows_per_tensor,
+        seed_lo, seed_hi, offset,
+        SRC: tl.constexpr, BLOCK: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+        RB_MODE: tl.constexpr, ORDER: tl.constexpr, TWO_LEVEL: tl.constexpr,
+        SCALE_MIN_TINY: tl.constexpr, OVERFLOW: tl.constexpr, NAN_POISON: tl.constexpr,
+        INF_POISON: tl.constexpr, SIGNED_ZERO: tl.constexpr, FLUSH: tl.constexpr):
+    """NVFP4 with stochastic rounding of a contiguous [n_rows, n_cols] array (blocks of 16
+    along the rows; tensor t = row // rows_per_tensor, its constants T, S_enc, S_enc / 6 at
+    consts[t] from triton_quant.nvfp4_tensor_scale_kernel): triton_quant.nvfp4_quantize_kernel
+    with the E2M1 rounding replaced.
+
+    RB_MODE 0: the uint32 words come from rb_ptr ([n_rows, n_cols], same layout as x).
+    RB_MODE 1: element i = row * n_cols + col (C order of the whole input) gets Philox word 0
+    of counter (offset + i) mod 2^32 under key (seed_lo, seed_hi).
+    """
+    g, g_ok, r, offs, m = _tile(n_rows, n_cols, n_blk, BLOCK, BLOCK_ROWS)
+    b = _widen_to_f32(tl.load(x_ptr + offs, mask=m, other=0), SRC)
+    a = b & 0x7FFFFFFF
+    if FLUSH:
+        a = tl.where(a < 0x800000, 0, a)
+    tix = r // rows_per_tensor
+    t = tl.load(consts_ptr + tix * 3, mask=g_ok, other=0x3F800000)
+    sc6 = tl.load(consts_ptr + tix * 3 + 2, mask=g_ok, other=0)
+
+    sc, poison = _nvfp4_block_scales(a, t, sc6, NAN_POISON, INF_POISON, ORDER, TWO_LEVEL,
+                                     SCALE_MIN_TINY)
+    tl.store(scale_ptr + g, tl.where(poison, 0x7F, sc).to(tl.uint8), mask=g_ok)
+
+    if RB_MODE == 0:
+        rb = tl.load(rb_ptr + offs, mask=m, other=0).to(tl.uint32, bitcast=True)
+    else:
+        # the launcher keeps n_rows * n_cols below 2^31 here: the flat index fits int32
+        ctr = offs.to(tl.int32).to(tl.uint32, bitcast=True) + _u32(offset)
+        rb = _philox_word0(ctr, _u32(seed_lo), _u32(seed_hi))
+
+    if ORDER == 0:     # E2M1_sr(x / (S T)) from a quotient with >= 32 bits below the quantum
+        q, e, _ = _nvfp4_exact_quotient(a, sc, t, 38)
+        code, huge = _round_sig_sr(q, e, rb, 1, 0, 1, False)
+        code = tl.where((a == 0) | (sc[:, None] == 0), 0, code)
+        code = _finish(code, huge, (b >> 31) & 1, a, False, 7, 3, -1, -1, OVERFLOW,
+                       SIGNED_ZERO)
+    else:              # the te / torchao fp32 cast input, rounded stochastically
+        y = _nvfp4_cast_input(b, sc, t, ORDER, TWO_LEVEL)
+        code = _encode_sr(y, 0, rb, False, 1, 0, 1, 7, 3, -1, -1, OVERFLOW, SIGNED_ZERO,
+                          FLUSH)
+    code = tl.where(poison[:, None], 0, code)
+    tl.store(code_ptr + offs, code.to(tl.uint8), mask=m)
+
+
 # =========================================================================================
 # constexprs, signatures, AOT specs
 # =========================================================================================
@@ -246,10 +334,10 @@ def sr_constexprs(fmt, profile="ocp", src_dtype="float32", rb_mode: int = 0,
     variant) / source dtype / random-word source (0: rbits, 1: seed)."""
     f = get_format(fmt)
     if f.is_nvfp4:
-        raise KernelUnsupported("stochastic rounding for nvfp4 is not implemented by the Triton "
-                                "kernels (MX formats only)")
+        raise SRProfileError("quantize_sr takes MX formats; for nvfp4 use quantize_nvfp4_sr "
+                             "(it returns the tensor scale too)")
     pr = _sr_base_profile(profile)
-    pr.check_format(f)
+    _check_format(pr, f)
     pk = profile_constexprs(pr.replace(rounding="rne"))
     for k in _SR_DROP:
         pk.pop(k)
@@ -258,12 +346,38 @@ def sr_constexprs(fmt, profile="ocp", src_dtype="float32", rb_mode: int = 0,
             **element_constexprs(f), **pk}
 
 
+def _check_format(pr, f):
+    try:
+        pr.check_format(f)
+    except ProfileConflictError as e:
+        raise SRProfileError(str(e)) from None
+
+
+@memo_dict
+def nvfp4_sr_constexprs(profile="ocp", src_dtype="float32", rb_mode: int = 0,
+                        block_rows: int | None = None) -> dict:
+    """Every constexpr of :func:`nvfp4_quantize_sr_kernel` for one NVFP4 profile (its SR
+    variant) / source dtype / random-word source (0: rbits, 1: seed): those of
+    triton_quant.nvfp4_quantize_kernel without ROUNDING, plus RB_MODE."""
+    pr = _sr_base_profile(profile)
+    _check_format(pr, FORMATS["nvfp4"])
+    ce = mx_constexprs("nvfp4_quantize", "nvfp4", pr.replace(rounding="rne"), src_dtype,
+                       block_rows)
+    ce.pop("ROUNDING")
+    ce["RB_MODE"] = int(rb_mode)
+    return ce
+
+
 ARG_TYPES = {
     "random_bits": {"out_ptr": "*i32", "n": "i32", "seed_lo": "i32", "seed_hi": "i32",
                     "offset": "i32"},
     "mx_quantize_sr": {"x_ptr": "SRC", "rb_ptr": "*i32", "scale_ptr": "*u8", "code_ptr": "*u8",
                        "n_rows": "i32", "n_cols": "i32", "n_blk": "i32", "n_inner": "i32",
                        "seed_lo": "i32", "seed_hi": "i32", "offset": "i32"},
+    "nvfp4_quantize_sr": {"x_ptr": "SRC", "rb_ptr": "*i32", "consts_ptr": "*i32",
+                          "scale_ptr": "*u8", "code_ptr": "*u8", "n_rows": "i32",
+                          "n_cols": "i32", "n_blk": "i32", "rows_per_tensor": "i32",
+                          "seed_lo": "i32", "seed_hi": "i32", "offset": "i32"},
 }
 
 
@@ -292,10 +406,18 @@ def aot_specs():
         ce = sr_constexprs(fmt, prof, sd, mode)
         out.append((f"mx_quantize_sr-{fmt}-{prof}-{sd}-rb{mode}", mx_quantize_sr_kernel,
                     kernel_signature("mx_quantize_sr", sd, ce), ce))
+    # the three NVFP4 op orders (the exact one with its int64 quotient), both word sources,
+    # every source dtype
+    for prof, sd, mode in (("ocp", "float32", 0), ("ocp", "bfloat16", 1),
+                           ("te_nvfp4", "bfloat16", 1), ("torchao_nvfp4", "float16", 0)):
+        ce = nvfp4_sr_constexprs(prof, sd, mode)
+        out.append((f"nvfp4_quantize_sr-{prof}-{sd}-rb{mode}", nvfp4_quantize_sr_kernel,
+                    kernel_signature("nvfp4_quantize_sr", sd, ce), ce))
     return out
 
 
-KERNELS = {"random_bits": random_bits_kernel, "mx_quantize_sr": mx_quantize_sr_kernel}
+KERNELS = {"random_bits": random_bits_kernel, "mx_quantize_sr": mx_quantize_sr_kernel,
+           "nvfp4_quantize_sr": nvfp4_quantize_sr_kernel}
 
 INTERPRETED = type(mx_quantize_sr_kernel).__name__ == "InterpretedFunction"
 
@@ -354,17 +476,23 @@ def random_bits(n: int, *, seed: int, offset: int = 0, device="cpu", block_n: in
 
 def _rbits_tensor(rbits, shape, device) -> torch.Tensor:
     if not isinstance(rbits, torch.Tensor):
-        raise KernelUnsupported(f"rbits must be a torch tensor of uint32 words (uint32 or int32 "
-                                f"dtype), got {type(rbits).__name__}")
+        raise SRWordsError(f"rbits must be a torch tensor of uint32 words (uint32 or int32 "
+                           f"dtype), got {type(rbits).__name__}")
     if rbits.dtype not in (torch.int32, getattr(torch, "uint32", torch.int32)):
-        raise KernelUnsupported(f"rbits must hold uint32 words as torch.uint32 or torch.int32, "
-                                f"got {rbits.dtype}")
+        raise SRWordsError(f"rbits must hold uint32 words as torch.uint32 or torch.int32, "
+                           f"got {rbits.dtype}")
     if tuple(rbits.shape) != tuple(shape):
-        raise KernelUnsupported(f"rbits shape {tuple(rbits.shape)} must equal x's shape "
-                                f"{tuple(shape)}")
+        raise SRWordsError(f"rbits shape {tuple(rbits.shape)} must equal x's shape "
+                           f"{tuple(shape)}")
     if rbits.device != device:
-        raise KernelUnsupported(f"rbits is on {rbits.device}, x on {device}")
+        raise SRWordsError(f"rbits is on {rbits.device}, x on {device}")
     return rbits.view(torch.int32)
+
+
+def _one_word_source(rbits, seed):
+    if (rbits is None) == (seed is None):
+        raise SRWordsError("stochastic rounding needs exactly one of rbits (uint32 per "
+                           "element) or seed")
 
 
 def quantize_sr(x: torch.Tensor, fmt: str, profile="ocp", axis: int = -1, *, rbits=None,
@@ -379,9 +507,7 @@ def quantize_sr(x: torch.Tensor, fmt: str, profile="ocp", axis: int = -1, *, rbi
     i of x in C order taking word offset + i) must be given. Equal bit for bit to
     ``mxref.quantize(x, fmt, sr_profile(profile), axis, rbits=..., seed=..., rng_offset=...)``.
     """
-    if (rbits is None) == (seed is None):
-        raise KernelUnsupported("stochastic rounding needs exactly one of rbits (uint32 per "
-                                "element) or seed")
+    _one_word_source(rbits, seed)
     bits, src = _as_bits(x, src_dtype)
     ce = sr_constexprs(fmt, profile, src, 0 if rbits is not None else 1)
     pr = _sr_base_profile(profile)
@@ -418,3 +544,70 @@ def quantize_sr(x: torch.Tensor, fmt: str, profile="ocp", axis: int = -1, *, rbi
     codes = codes.reshape(moved).movedim(-1, ax).contiguous()
     scales = scales.reshape(moved[:-1] + (nblk,)).movedim(-1, ax).contiguous()
     return scales, codes
+
+
+def quantize_nvfp4_sr(x: torch.Tensor, profile="ocp", *, rbits=None, seed: int | None = None,
+                      offset: int = 0, src_dtype: str | None = None,
+                      block_rows: int | None = None, num_warps: int = 4):
+    """NVFP4 with stochastic rounding of a [T, ..., C] tensor: T independent tensors (each its
+    own global amax), blocks of 16 along the last axis, as triton_quant.nvfp4_quantize.
+    Returns (scales uint8 [T, ..., ceil(C / 16)] E4M3 codes, codes uint8 like x,
+    tensor_scale float32 [T]: dequant = e2m1 * e4m3 * tensor_scale).
+
+    ``profile``: an NVFP4 profile (``ocp``, ``te_nvfp4``, ``torchao_nvfp4`` or a Profile) whose
+    rounding is replaced by ``stochastic`` (mxref.golden.suites_ext.sr_profile). Exactly one
+    of ``rbits`` (uint32 words as a torch.uint32/int32 tensor of x's shape, on x's device) or
+    ``seed``: element i of x in C order (the whole batch) takes Philox word offset + i, so
+    tensor t equals ``mxref.quantize(x[t], "nvfp4", sr_profile(profile), seed=seed,
+    rng_offset=offset + t * x[t].numel())`` bit for bit (and with rbits, ``rbits=rbits[t]``).
+    """
+    _one_word_source(rbits, seed)
+    bits, src = _as_bits(x, src_dtype)
+    pr = _sr_base_profile(profile)
+    rb_mode = 0 if rbits is not None else 1
+    ce = nvfp4_sr_constexprs(pr, src, rb_mode)
+    if bits.ndim < 2:
+        raise KernelUnsupported("quantize_nvfp4_sr takes [T, ..., C]: T tensors, blocks along C")
+    rne = pr.replace(rounding="rne")          # amax and tensor scale do not depend on it
+    ce_amax = mx_constexprs("nvfp4_amax", "nvfp4", rne, src)
+    ce_ts = mx_constexprs("nvfp4_tensor_scale", "nvfp4", rne, src)
+    n_t = bits.shape[0]
+    xc = bits.contiguous()
+    per_tensor = xc.numel() // n_t if n_t else 0
+    n = bits.shape[-1]
+    rows = xc.numel() // n if n else 0
+    rows_per_tensor = rows // n_t if n_t else 0
+    nblk = -(-n // 16)
+    if n % 16 and pr.ragged == "error":
+        raise KernelUnsupported(f"length {n} is not a multiple of 16 and profile {pr.name!r} "
+                                "refuses ragged blocks")
+    if seed is not None and xc.numel() >= 2**31 - 2**16:
+        raise KernelUnsupported(f"{xc.numel()} elements in one seeded call: split below 2^31 "
+                                "(pass offset = the element index where each part starts)")
+    ce["BLOCK_ROWS"] = _auto_block_rows(rows * nblk, block_rows)
+    if INTERPRETED and block_rows is None:
+        ce["BLOCK_ROWS"] = min(ce["BLOCK_ROWS"], 1024)
+    if rbits is not None:
+        rb2 = _rbits_tensor(rbits, bits.shape, x.device).contiguous().reshape(rows, n)
+        lo = hi = off = 0
+    else:
+        rb2 = xc                      # unused pointer (RB_MODE 1)
+        lo, hi = _seed_words(seed)
+        off = _offset_word(offset)
+    dev = x.device
+    amax = torch.zeros(n_t, dtype=torch.int32, device=dev)
+    consts = torch.zeros((n_t, 3), dtype=torch.int32, device=dev)
+    codes = torch.empty(tuple(bits.shape), dtype=torch.uint8, device=dev)
+    scales = torch.empty(tuple(bits.shape[:-1]) + (nblk,), dtype=torch.uint8, device=dev)
+    if n_t and not per_tensor:
+        consts[:, 0] = 0x3F800000     # empty tensors: T = 1 (mxref.quantize), any op order
+    elif n_t:
+        nvfp4_amax_kernel[(n_t * triton.cdiv(per_tensor, ce_amax["BLOCK_N"]),)](
+            xc.reshape(n_t, per_tensor), amax, per_tensor, **ce_amax)
+        nvfp4_tensor_scale_kernel[(triton.cdiv(n_t, ce_ts["BLOCK_T"]),)](
+            amax, consts, n_t, **ce_ts)
+        if rows * nblk:
+            nvfp4_quantize_sr_kernel[(triton.cdiv(rows * nblk, ce["BLOCK_ROWS"]),)](
+                xc.reshape(rows, n), rb2, consts, scales, codes, rows, n, nblk,
+                rows_per_tensor, lo, hi, off, num_warps=num_warps, **ce)
+    return scales, codes, consts[:, 0].contiguous().view(torch.float32)

@@ -103,8 +103,8 @@ def test_claims_cover_the_corpus(backend):
     # the kernels cover the ops of the kernels issue; decomposition and the corrections are
     # reference tools with no kernels
     assert backend.ops - frozenset(CORE_OPS) == {
-        "rotate", "quantize_rotated", "gemm", "rotated_gemm", "quantize_mx_sr", "mxfp4_to_fp8",
-        "fp8_to_mxfp4", "reblock"}
+        "rotate", "quantize_rotated", "gemm", "rotated_gemm", "quantize_mx_sr",
+        "quantize_nvfp4_sr", "mxfp4_to_fp8", "fp8_to_mxfp4", "reblock"}
     assert all(p.rounding != "stochastic" for p in map(PROFILES.get, backend.profiles))
 
 

@@ -43,14 +43,14 @@ _PRIVATE: dict = {}
 
 # Profiles whose every L0 and L1 golden file passes bit-exactly (tests/test_triton_backend.py,
 # in the interpreter; the same kernels compile for sm_90/gfx942/gfx950, tests/test_triton_aot.py).
-# Stochastic rounding (op quantize_mx_sr: each profile with rounding="stochastic") is
-# mxkernels/triton_sr.py; no named profile uses it.
+# Stochastic rounding (ops quantize_mx_sr / quantize_nvfp4_sr: each profile with
+# rounding="stochastic") is mxkernels/triton_sr.py; no named profile uses it.
 _CLAIMED = ("ocp", "rceil", "microxcaling", "torchao_floor", "torchao_rceil", "torchao_ceil",
             "torchao_even", "triton_kernels_round_up", "triton_kernels_round_down",
             "triton_kernels_ties_up", "rocm_te_mxfp4", "te_mxfp8", "te_nvfp4", "torchao_nvfp4")
 _OPS = frozenset(("quantize_mx", "quantize_mx_tensor", "quantize_nvfp4", "convert", "dequantize",
                   "pack", "rotate", "quantize_rotated", "gemm", "rotated_gemm", "quantize_mx_sr",
-                  "mxfp4_to_fp8", "fp8_to_mxfp4", "reblock"))
+                  "quantize_nvfp4_sr", "mxfp4_to_fp8", "fp8_to_mxfp4", "reblock"))
 _SRC_NUMPY = {"float32": np.uint32, "bfloat16": np.uint16, "float16": np.uint16}
 
 
@@ -506,6 +506,17 @@ class TritonBackend(Backend):
         s, c = self._run(lambda tq: sr.quantize_sr(x, fmt, profile, axis=axis, rbits=rb,
                                                    src_dtype=src_dtype))
         return self._np(s, np.uint8), self._np(c, np.uint8)
+
+    def quantize_nvfp4_sr(self, src, rbits, *, src_dtype, profile):
+        if np.ndim(src) != 3 or np.shape(src)[-1] % 16:
+            raise Unsupported(f"quantize_nvfp4_sr takes [T, R, C] with C a multiple of 16, got "
+                              f"shape {np.shape(src)}")
+        sr = self._mod("triton_sr")
+        x = self._src(src, src_dtype)
+        rb = self._t(np.asarray(rbits, np.uint32).view(np.int32))
+        s, c, ts = self._run(lambda tq: sr.quantize_nvfp4_sr(x, profile, rbits=rb,
+                                                             src_dtype=src_dtype))
+        return self._np(s, np.uint8), self._np(c, np.uint8), self._np(ts, np.uint32)
 
     def random_bits(self, n, *, seed, offset):
         sr = self._mod("triton_sr")
