@@ -351,6 +351,8 @@ class Run:
         gm = self.ks.modules.get("triton_gemm")
         if gm is None:
             return
+        if self.kernels and not any(k.startswith("MXFP4 GEMM ") for k in self.kernels):
+            return      # --kernel names no GEMM: skip the CPU references (minutes) and the peer
         n = self.size
         rng = np.random.default_rng(7)
         a_c = rng.integers(0, 16, (n, n), dtype=np.uint8)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import time
 from pathlib import Path
 
 import click
@@ -238,14 +239,18 @@ def reproduce_cmd(paths, slack, only_needed, timeout, keep, quiet, as_json):
     failed or wrote no matching record), 2 bad input (nothing was run)."""
     from .reproduce import ReproduceError, exit_code, reproduce_records
 
+    t0 = time.monotonic()
+
     def say(msg):
         click.echo(msg, err=True)
+
+    def echo(line):                     # the command's output, with the seconds since start
+        say(f"    | {time.monotonic() - t0:4.0f} s  {line}")
 
     try:
         rows, runs = reproduce_records(
             paths, only_needed=only_needed, slack=slack, timeout=timeout, keep=keep,
-            progress=None if quiet else say,
-            echo=None if quiet else (lambda line: say("    | " + line)))
+            progress=None if quiet else say, echo=None if quiet else echo)
     except ReproduceError as e:
         _fail(str(e), 2)
     code = exit_code(rows)
