@@ -19,6 +19,7 @@
 # must be in your local repository). Keep OUT outside the checkout (or under an ignored path such
 # as runs/): files an earlier part writes into the checkout would enter the next part's tree.
 # Every part runs under its own timeout; the exit code is the number of failed parts.
+# To reproduce records (each recorded command once, medians compared): scripts/gpu_reproduce.sh.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_leaderboard.sh OUTDIR PART...}
 shift
