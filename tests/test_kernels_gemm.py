@@ -248,12 +248,17 @@ def test_planes_finite_edges(gd, fa, fb):
     assert_bits(y, ref)
 
 
-def test_planes_rounding_ties():
+@pytest.mark.parametrize("int64", [False, True], ids=["f64-epilogue", "int64-epilogue"])
+def test_planes_rounding_ties(monkeypatch, int64):
     """E4M3 block sums 2^24 + r (r = 0..7, both signs, units of 2^-18): c_j = fl(P 2^-18)
     rounds at the 25th bit: ties to even both ways; the same sums scaled into fp32 subnormals,
-    to zero (a negative sum to -0) and past the largest fp32."""
+    to zero (a negative sum to -0) and past the largest fp32. Both epilogues: fp64 (block
+    sums < 2^53) and the integer rounding (forced here; E4M3 x E5M2 takes it)."""
     from mxref.backends.triton_backend import load_kernels
     g = load_kernels(True)["triton_gemm"]
+    if int64:
+        monkeypatch.setattr(g, "_max_block_sum_bits", lambda fa, fb: 60)
+    assert g.gemm_kernel_params("mxfp8_e4m3", "mxfp8_e4m3")["F64"] is (not int64)
     e4 = "e4m3"
     c8, ctiny = _code_of(e4, 8.0), _code_of(e4, 2.0 ** -9)
     rows = []
