@@ -371,6 +371,18 @@ def _plane(e, v, G: tl.constexpr):
 
 
 @triton.jit
+def _plane_dots(ea, va, eb, vb, S: tl.constexpr, GA: tl.constexpr, GB: tl.constexpr,
+                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """sum over g + h = S of dot(A_g, B_h): int32, exact (|sum| <= GA * 32 * 127^2)."""
+    C = tl.zeros((BLOCK_M, BLOCK_N), tl.int32)
+    for g in tl.static_range(GA):
+        if S - g >= 0:
+            if S - g < GB:
+                C = tl.dot(_plane(ea, va, g), _plane(eb, vb, S - g), C, out_dtype=tl.int32)
+    return C
+
+
+@triton.jit
 def _flag(e, BIT: tl.constexpr):
     return ((e >> BIT) & 1).to(tl.int8)
 
@@ -449,12 +461,7 @@ def gemm_planes_kernel(
             # RNE rounding (gradual underflow, Inf on overflow, -0 kept)
             P64 = tl.zeros((BLOCK_M, BLOCK_N), tl.float64)
             for s in tl.static_range(GA + GB - 1):
-                C = tl.zeros((BLOCK_M, BLOCK_N), tl.int32)
-                for g in tl.static_range(GA):
-                    if s - g >= 0:
-                        if s - g < GB:
-                            C = tl.dot(_plane(ea, va, g), _plane(eb, vb, s - g), C,
-                                       out_dtype=tl.int32)
+                C = _plane_dots(ea, va, eb, vb, s, GA, GB, BLOCK_M, BLOCK_N)
                 P64 = P64 + C.to(tl.float64) * (1 << (W * s))
             fa = ((BASE + sa - 127 + 1023).to(tl.int64) << 52).to(tl.float64, bitcast=True)
             fb = ((sb - 127 + 1023).to(tl.int64) << 52).to(tl.float64, bitcast=True)
@@ -462,12 +469,7 @@ def gemm_planes_kernel(
         else:
             P = tl.zeros((BLOCK_M, BLOCK_N), tl.int64)
             for s in tl.static_range(GA + GB - 1):
-                C = tl.zeros((BLOCK_M, BLOCK_N), tl.int32)
-                for g in tl.static_range(GA):
-                    if s - g >= 0:
-                        if s - g < GB:
-                            C = tl.dot(_plane(ea, va, g), _plane(eb, vb, s - g), C,
-                                       out_dtype=tl.int32)
+                C = _plane_dots(ea, va, eb, vb, s, GA, GB, BLOCK_M, BLOCK_N)
                 P = P + (C.to(tl.int64) << (W * s))
             c = _f32_scaled_int(P, BASE + sa[:, None] + sb[None, :] - 254)
         nan = (sa == 255)[:, None] | (sb == 255)[None, :]
