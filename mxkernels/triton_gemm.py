@@ -312,24 +312,10 @@ def _bitlen64(m):
     """Bit length of non-negative int64 m (0 for 0), by halving; integers only."""
     n = tl.zeros_like(m)
     t = m
-    big = t >= (1 << 32)
-    t = tl.where(big, t >> 32, t)
-    n = tl.where(big, n + 32, n)
-    big = t >= (1 << 16)
-    t = tl.where(big, t >> 16, t)
-    n = tl.where(big, n + 16, n)
-    big = t >= (1 << 8)
-    t = tl.where(big, t >> 8, t)
-    n = tl.where(big, n + 8, n)
-    big = t >= (1 << 4)
-    t = tl.where(big, t >> 4, t)
-    n = tl.where(big, n + 4, n)
-    big = t >= (1 << 2)
-    t = tl.where(big, t >> 2, t)
-    n = tl.where(big, n + 2, n)
-    big = t >= (1 << 1)
-    t = tl.where(big, t >> 1, t)
-    n = tl.where(big, n + 1, n)
+    for i in tl.static_range(6):                  # shifts 32, 16, 8, 4, 2, 1
+        big = t >= (1 << (32 >> i))
+        t = tl.where(big, t >> (32 >> i), t)
+        n = tl.where(big, n + (32 >> i), n)
     return n + (t > 0).to(tl.int64)
 
 
