@@ -310,7 +310,7 @@ def gemm_block_sequential_kernel(
 @triton.jit
 def _bitlen64(m):
     """Bit length of non-negative int64 m (0 for 0), by halving; integers only."""
-    n = tl.zeros_like(m)
+    n = tl.full(m.shape, 0, tl.int64)
     t = m
     for i in tl.static_range(6):                  # shifts 32, 16, 8, 4, 2, 1
         big = t >= (1 << (32 >> i))
@@ -360,7 +360,7 @@ def _plane(e, v, G: tl.constexpr):
 def _plane_dots(ea, va, eb, vb, S: tl.constexpr, GA: tl.constexpr, GB: tl.constexpr,
                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
     """sum over g + h = S of dot(A_g, B_h): int32, exact (|sum| <= GA * 32 * 127^2)."""
-    C = tl.zeros((BLOCK_M, BLOCK_N), tl.int32)
+    C = tl.full((BLOCK_M, BLOCK_N), 0, tl.int32)
     for g in tl.static_range(GA):
         if S - g >= 0:
             if S - g < GB:
@@ -445,7 +445,7 @@ def gemm_planes_kernel(
             # |P| < 2^53: the plane sums, P itself and P * 2^(BASE+sa-127) * 2^(sb-127)
             # (2^-290..2^309) are exact fp64 values; the fp64 -> fp32 conversion is the one
             # RNE rounding (gradual underflow, Inf on overflow, -0 kept)
-            P64 = tl.zeros((BLOCK_M, BLOCK_N), tl.float64)
+            P64 = tl.full((BLOCK_M, BLOCK_N), 0.0, tl.float64)
             for s in tl.static_range(GA + GB - 1):
                 C = _plane_dots(ea, va, eb, vb, s, GA, GB, BLOCK_M, BLOCK_N)
                 P64 = P64 + C.to(tl.float64) * (1 << (W * s))
@@ -453,7 +453,7 @@ def gemm_planes_kernel(
             fb = ((sb - 127 + 1023).to(tl.int64) << 52).to(tl.float64, bitcast=True)
             c = ((P64 * fa[:, None]) * fb[None, :]).to(tl.float32)
         else:
-            P = tl.zeros((BLOCK_M, BLOCK_N), tl.int64)
+            P = tl.full((BLOCK_M, BLOCK_N), 0, tl.int64)
             for s in tl.static_range(GA + GB - 1):
                 C = _plane_dots(ea, va, eb, vb, s, GA, GB, BLOCK_M, BLOCK_N)
                 P = P + (C.to(tl.int64) << (W * s))
@@ -464,8 +464,8 @@ def gemm_planes_kernel(
             nan_b = _max_along((eb >> 12) & 1, 0)
             nan = nan | (nan_a != 0)[:, None] | (nan_b != 0)[None, :]
             if HAS_INF:
-                any_inf = tl.max(tl.max((ea >> 13) & 1, 1), 0) + \
-                    tl.max(tl.max((eb >> 13) & 1, 1), 0)
+                any_inf = _max_along(_max_along((ea >> 13) & 1, 1), 0) + \
+                    _max_along(_max_along((eb >> 13) & 1, 1), 0)
                 if any_inf > 0:
                     pinf, ninf, zinf = _inf_counts(ea, eb)
                     c = tl.where(pinf > 0, float("inf"), c)
