@@ -75,6 +75,7 @@ import triton.language as tl
 
 from mxkernels.triton_quant import (
     KernelUnsupported,
+    _bitlen64,
     _false_like,
     _max_along,
     _round_sig,
@@ -308,18 +309,6 @@ def gemm_block_sequential_kernel(
 # block-sequential GEMM (bit-exact) for pairs with FP8 elements: int8 planes, integer block sums
 # =========================================================================================
 @triton.jit
-def _bitlen64(m):
-    """Bit length of non-negative int64 m (0 for 0), by halving; integers only."""
-    n = tl.full(m.shape, 0, tl.int64)
-    t = m
-    for i in tl.static_range(6):                  # shifts 32, 16, 8, 4, 2, 1
-        big = t >= (1 << (32 >> i))
-        t = tl.where(big, t >> (32 >> i), t)
-        n = tl.where(big, n + (32 >> i), n)
-    return n + (t > 0).to(tl.int64)
-
-
-@triton.jit
 def _f32_scaled_int(P, E):
     """fl32(P * 2^E) for int64 P (|P| < 2^62) and int32 E: one RNE rounding with gradual
     underflow, +-Inf on overflow, -0 for a negative P that rounds to zero. Decided on the
@@ -327,7 +316,7 @@ def _f32_scaled_int(P, E):
     is subnormal, and the fp32 bits are assembled."""
     neg = P < 0
     m = tl.where(neg, -P, P)
-    L = _bitlen64(m).to(tl.int32)
+    L = _bitlen64(m)
     d = tl.minimum(tl.maximum(L - 24, -149 - E), 62)    # bits to drop (< 0: shift left)
     dr = tl.maximum(d, 1).to(tl.int64)
     qr = m >> dr

@@ -986,23 +986,32 @@ def nvfp4_quantize(x: torch.Tensor, profile="ocp", src_dtype: str | None = None,
     rows_per_tensor = rows // n_t if n_t else 0
     nblk = -(-n // 16)
     ce["BLOCK_ROWS"] = _auto_block_rows(rows * nblk, block_rows)
-    dev = x.device
-    amax = torch.zeros(n_t, dtype=torch.int32, device=dev)
+    consts, scales, codes, ready = nvfp4_outputs(xc, n_t, per_tensor, nblk, ce_amax, ce_ts)
+    if ready and rows * nblk:
+        nvfp4_quantize_kernel[(triton.cdiv(rows * nblk, ce["BLOCK_ROWS"]),)](
+            xc.reshape(rows, n), consts, scales, codes, rows, n, nblk, rows_per_tensor, **ce)
+    return scales, codes, consts[:, 0].contiguous().view(torch.float32)
+
+
+def nvfp4_outputs(xc: torch.Tensor, n_t: int, per_tensor: int, nblk: int, ce_amax: dict,
+                  ce_ts: dict):
+    """The per-tensor stage shared by the NVFP4 launchers (RNE and SR): allocates
+    (consts int32 [n_t, 3], scales, codes) for xc [T, ..., C] and runs the amax and
+    tensor-scale kernels. ``ready``: the quantize kernel has tensors to run on."""
+    dev = xc.device
     consts = torch.zeros((n_t, 3), dtype=torch.int32, device=dev)
-    codes = torch.empty(tuple(bits.shape), dtype=torch.uint8, device=dev)
-    scales = torch.empty(tuple(bits.shape[:-1]) + (nblk,), dtype=torch.uint8, device=dev)
+    codes = torch.empty(tuple(xc.shape), dtype=torch.uint8, device=dev)
+    scales = torch.empty(tuple(xc.shape[:-1]) + (nblk,), dtype=torch.uint8, device=dev)
     if n_t and not per_tensor:
         consts[:, 0] = 0x3F800000     # empty tensors: T = 1 (mxref.quantize), any op order
-    elif n_t:
+        return consts, scales, codes, False
+    if n_t:
+        amax = torch.zeros(n_t, dtype=torch.int32, device=dev)
         nvfp4_amax_kernel[(n_t * triton.cdiv(per_tensor, ce_amax["BLOCK_N"]),)](
             xc.reshape(n_t, per_tensor), amax, per_tensor, **ce_amax)
         nvfp4_tensor_scale_kernel[(triton.cdiv(n_t, ce_ts["BLOCK_T"]),)](
             amax, consts, n_t, **ce_ts)
-        if rows * nblk:
-            nvfp4_quantize_kernel[(triton.cdiv(rows * nblk, ce["BLOCK_ROWS"]),)](
-                xc.reshape(rows, n), consts, scales, codes, rows, n, nblk, rows_per_tensor,
-                **ce)
-    return scales, codes, consts[:, 0].contiguous().view(torch.float32)
+    return consts, scales, codes, bool(n_t)
 
 
 # ---- packing and scale layouts (torch; see mxref/layouts.py for the conventions) ----------

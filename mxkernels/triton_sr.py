@@ -38,8 +38,7 @@ from mxkernels.triton_quant import (KernelUnsupported, _as_bits, _auto_block_row
                                     _nvfp4_block_scales, _nvfp4_cast_input,
                                     _nvfp4_exact_quotient, _rows_view, _shared_exponent,
                                     _src_kind, _tile, _widen_to_f32, element_constexprs,
-                                    mx_constexprs, nvfp4_amax_kernel, nvfp4_tensor_scale_kernel,
-                                    profile_constexprs)
+                                    mx_constexprs, nvfp4_outputs, profile_constexprs)
 from mxref.errors import ProfileConflictError, ShapeError
 from mxref.formats import FORMATS, get_format
 from mxref.profiles import get_profile
@@ -594,20 +593,9 @@ def quantize_nvfp4_sr(x: torch.Tensor, profile="ocp", *, rbits=None, seed: int |
         rb2 = xc                      # unused pointer (RB_MODE 1)
         lo, hi = _seed_words(seed)
         off = _offset_word(offset)
-    dev = x.device
-    amax = torch.zeros(n_t, dtype=torch.int32, device=dev)
-    consts = torch.zeros((n_t, 3), dtype=torch.int32, device=dev)
-    codes = torch.empty(tuple(bits.shape), dtype=torch.uint8, device=dev)
-    scales = torch.empty(tuple(bits.shape[:-1]) + (nblk,), dtype=torch.uint8, device=dev)
-    if n_t and not per_tensor:
-        consts[:, 0] = 0x3F800000     # empty tensors: T = 1 (mxref.quantize), any op order
-    elif n_t:
-        nvfp4_amax_kernel[(n_t * triton.cdiv(per_tensor, ce_amax["BLOCK_N"]),)](
-            xc.reshape(n_t, per_tensor), amax, per_tensor, **ce_amax)
-        nvfp4_tensor_scale_kernel[(triton.cdiv(n_t, ce_ts["BLOCK_T"]),)](
-            amax, consts, n_t, **ce_ts)
-        if rows * nblk:
-            nvfp4_quantize_sr_kernel[(triton.cdiv(rows * nblk, ce["BLOCK_ROWS"]),)](
-                xc.reshape(rows, n), rb2, consts, scales, codes, rows, n, nblk,
-                rows_per_tensor, lo, hi, off, num_warps=num_warps, **ce)
+    consts, scales, codes, ready = nvfp4_outputs(xc, n_t, per_tensor, nblk, ce_amax, ce_ts)
+    if ready and rows * nblk:
+        nvfp4_quantize_sr_kernel[(triton.cdiv(rows * nblk, ce["BLOCK_ROWS"]),)](
+            xc.reshape(rows, n), rb2, consts, scales, codes, rows, n, nblk,
+            rows_per_tensor, lo, hi, off, num_warps=num_warps, **ce)
     return scales, codes, consts[:, 0].contiguous().view(torch.float32)
