@@ -471,11 +471,17 @@ def _verify_exit(code: int, msg: str, as_json: bool, status: str):
               help="Compare the backend's native behaviour with every profile's goldens.")
 @click.option("--dump-mismatches", type=click.Path(), metavar="F.arrow|DIR",
               help="Write failing rows with actual_* columns in the golden schema.")
+@click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(1),
+              help="Worker processes: the selection is split into this many shards, each "
+                   "verified by its own process; one merged report.")
+@click.option("--shard", default=None, metavar="K/N",
+              help="Verify only shard K of N (1-based; the split --jobs uses), e.g. to spread "
+                   "a CI run over N machines.")
 @click.option("--no-progress", is_flag=True, help="No progress bar (also off when not a TTY or CI=true).")
 @click.option("--list-backends", is_flag=True, help="List known backend names and exit.")
 def verify_cmd(backend_spec, device, root, suite, profiles, ops, classes, formats, src_dtypes,
                levels, max_errors, as_json, json_out, junit_xml, expectations_path, strict_xpass,
-               detect_profile, dump_mismatches, no_progress, list_backends):
+               detect_profile, dump_mismatches, jobs, shard, no_progress, list_backends):
     """Verify a kernel stack against the golden corpus, bit for bit.
 
     Exit codes: 0 every selected case bit-exact (expected xfails allowed); 1 mismatches or
@@ -498,6 +504,20 @@ def verify_cmd(backend_spec, device, root, suite, profiles, ops, classes, format
         _verify_exit(2, "--json already prints to stdout", as_json, "usage")
     ops, classes, formats, src_dtypes = (_split(ops) or None, _split(classes) or None,
                                          _split(formats) or None, _split(src_dtypes) or None)
+    shard_kn = None
+    if shard is not None:
+        k, _, n = shard.partition("/")
+        if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+            _verify_exit(2, f"--shard {shard!r}: expected K/N with 1 <= K <= N, e.g. 2/4",
+                         as_json, "usage")
+        shard_kn = (int(k) - 1, int(n))
+    if jobs > 1:
+        clash = [o for o, on in (("--detect-profile", detect_profile), ("--junit-xml", junit_xml),
+                                 ("--dump-mismatches", dump_mismatches), ("--shard", shard))
+                 if on]
+        if clash:
+            _verify_exit(2, f"--jobs {jobs} cannot be combined with {', '.join(clash)} "
+                            "(run those with --jobs 1)", as_json, "usage")
     root = Path(root) if root else default_golden_root()
     show = (not no_progress and sys.stderr.isatty() and os.environ.get("CI", "").lower() != "true")
     try:
@@ -521,11 +541,33 @@ def verify_cmd(backend_spec, device, root, suite, profiles, ops, classes, format
                             native=profiles[0] if profiles else None, progress=progress)
                 code = 0 if d["matches"] else 1
                 d["exit_code"] = code
+            elif jobs > 1:
+                from .verify.parallel import verify_parallel
+                from .verify.run import check_backend, plan_files
+                from .verify.engine import select_files
+                check_backend(backend)
+                _, sel = select_files(root, levels=levels, ops=ops, profiles=list(profiles) or None,
+                                      formats=formats, src_dtypes=src_dtypes, classes=classes,
+                                      suite=suite)
+                planned, _ = plan_files(backend, sel, ops=ops, profiles=list(profiles) or None,
+                                        name=backend_spec,
+                                        claimed_names=list(getattr(backend, "profiles", ())))
+                bar.length = max(1, len(planned))
+                d = verify_parallel(
+                    {"backend": backend_spec, "device": device, "root": str(root),
+                     "levels": list(levels), "ops": ops, "profiles": list(profiles) or None,
+                     "formats": formats, "src_dtypes": src_dtypes, "classes": classes,
+                     "suite": suite, "max_errors": max_errors,
+                     "expectations_path": expectations_path, "strict_xpass": strict_xpass},
+                    jobs, progress=lambda rel, i, n: bar.update(1),
+                    planned=[f.relpath for f in planned])
+                code = d["exit_code"]
             else:
                 rep = verify(backend, root=root, levels=levels, ops=ops, profiles=list(profiles) or None,
                              formats=formats, src_dtypes=src_dtypes, classes=classes, suite=suite,
                              max_errors=max_errors, expectations=expectations,
-                             strict_xpass=strict_xpass, progress=progress, dump=dumps)
+                             strict_xpass=strict_xpass, progress=progress, dump=dumps,
+                             shard=shard_kn)
                 d, code = rep.doc, rep.exit_code
     except SelectionError as e:
         _verify_exit(2, str(e), as_json, "usage")
@@ -535,6 +577,8 @@ def verify_cmd(backend_spec, device, root, suite, profiles, ops, classes, format
         _verify_exit(4, f"backend unavailable: {e}", as_json, "unavailable")
     except KeyboardInterrupt:
         _verify_exit(130, "interrupted", as_json, "interrupted")
+    except MXRefError as e:             # a verify worker died (--jobs)
+        _verify_exit(1, str(e), as_json, "error")
     if detect_profile:
         text = detect_text(d)
     else:

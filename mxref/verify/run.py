@@ -268,14 +268,131 @@ def plan_files(backend, files, *, ops=None, profiles=None, run_as=None, name="?"
     return files, notes
 
 
+def shard_of(files, shard: int, nshards: int) -> list:
+    """The files of shard `shard` (0-based) of `nshards`: a deterministic partition of `files`
+    that every process computes alike from the same selection.
+
+    Files are grouped by (op, format), so that one process compiles each kernel family once;
+    while there are fewer groups than shards the largest splits in two; then the groups go,
+    largest first (rows + 256 per file), to the least-loaded shard. Each shard keeps the
+    manifest order."""
+    if not 0 <= shard < nshards:
+        raise ValueError(f"shard {shard + 1} is not in 1..{nshards}")
+    order = {f.relpath: i for i, f in enumerate(files)}
+    groups: dict = {}
+    for f in files:
+        groups.setdefault((f.op, f.fmt), []).append(f)
+    units = [g for _, g in sorted(groups.items())]
+
+    def weight(u):
+        return sum(f.rows + 256 for f in u)
+    while len(units) < nshards:
+        big = max(range(len(units)), key=lambda i: (len(units[i]) > 1, weight(units[i]), -i),
+                  default=None)
+        if big is None or len(units[big]) < 2:
+            break
+        u = units.pop(big)
+        units[big:big] = [u[:len(u) // 2], u[len(u) // 2:]]
+    load = [0] * nshards
+    mine = []
+    for u in sorted(units, key=lambda u: (-weight(u), order[u[0].relpath])):
+        k = min(range(nshards), key=lambda i: (load[i], i))
+        load[k] += weight(u)
+        if k == shard:
+            mine.extend(u)
+    return sorted(mine, key=lambda f: order[f.relpath])
+
+
+def _outcome(t: dict, xpass: list, strict_xpass: bool) -> tuple[int, str]:
+    ran = t["cases"] - t["skipped_unsupported"]
+    if t["cases"] == 0:
+        return EXIT_EMPTY, "empty"
+    if ran == 0:
+        return EXIT_UNAVAILABLE, "unsupported"
+    if t["mismatched_cases"] or t["error_cases"]:
+        return EXIT_FAIL, "fail"
+    if xpass and strict_xpass:
+        return EXIT_FAIL, "xpass"
+    return EXIT_OK, "pass"
+
+
+def merge_reports(docs: list, *, max_errors: int, strict_xpass: bool = False,
+                  file_order=None) -> dict:
+    """One ``mxref-verify/1`` document from the reports of the shards of one selection (see
+    `shard_of`): counters summed, files in `file_order` (relpaths; manifest order), mismatch
+    records capped at `max_errors` as one run caps them, expectations' states and the status
+    recomputed from the summed counts. The header (golden, backend, env, selection) is the
+    first shard's; ``parallel`` says how many shards there were."""
+    if not docs:
+        raise ValueError("no shard reports to merge")
+    first = docs[0]
+    keys = ("cases", "elements", "passed_cases", "mismatched_cases", "error_cases",
+            "mismatched_elements", "xfail", "skipped_unsupported")
+    t = {k: sum(int(d["summary"][k]) for d in docs) for k in keys}
+    by_class: dict = {}
+    by_field: dict = {}
+    by_check: dict = {}
+    for d in docs:
+        s = d["summary"]
+        for cls, c in s["by_class"].items():
+            acc = by_class.setdefault(cls, {k: 0 for k in c})
+            for k, v in c.items():
+                acc[k] = acc.get(k, 0) + v
+        for fld, n in s["by_field"].items():
+            by_field[fld] = by_field.get(fld, 0) + n
+        for mode, c in s["by_check"].items():
+            acc = by_check.setdefault(mode, {k: 0 for k in c if k != "ulp"})
+            for k, v in c.items():
+                if k == "ulp":
+                    u = acc.setdefault("ulp", {"max_ulp": 0.0, "hist": {}})
+                    u["max_ulp"] = max(u["max_ulp"], v["max_ulp"])
+                    for h, n in v["hist"].items():
+                        u["hist"][h] = u["hist"].get(h, 0) + n
+                else:
+                    acc[k] = acc.get(k, 0) + v
+    rank = {r: i for i, r in enumerate(file_order or ())}
+    files = sorted((f for d in docs for f in d["files"]),
+                   key=lambda f: rank.get(f["path"], len(rank)))
+    pos = {f["path"]: i for i, f in enumerate(files)}
+    records = sorted((r for d in docs for r in d["mismatches"]),
+                     key=lambda r: (pos.get(r["file"], len(pos)), r["row"]))
+    truncated = any(d.get("truncated") for d in docs)
+    if max_errors and len(records) > max_errors:
+        records, truncated = records[:max_errors], True
+    errors = sorted((e for d in docs for e in d["errors"]),
+                    key=lambda e: pos.get(e["file"], len(pos)))[:max(max_errors, 1) * 5]
+    exps = []
+    for i, e in enumerate(first["expectations"]):
+        m = sum(d["expectations"][i]["matched"] for d in docs)
+        mm = sum(d["expectations"][i]["mismatched"] for d in docs)
+        exps.append({"expectation": e["expectation"], "matched": m, "mismatched": mm,
+                     "state": "xpass" if m and not mm else "xfail" if mm else "unmatched"})
+    xpass = [{"expectation": e["expectation"], "matched": e["matched"],
+              "mismatched": e["mismatched"]} for e in exps if e["state"] == "xpass"]
+    code, status = _outcome(t, xpass, strict_xpass)
+    notes = list(dict.fromkeys(n for d in docs for n in d["notes"]))
+    summary = {**t, "xpass": len(xpass), "files": sum(int(d["summary"]["files"]) for d in docs),
+               "by_class": dict(sorted(by_class.items())),
+               "by_field": dict(sorted(by_field.items())),
+               "by_check": dict(sorted(by_check.items()))}
+    head = {k: first[k] for k in ("schema", "mxref_version", "golden", "backend", "env",
+                                  "selection")}
+    return {**head, "parallel": {"shards": len(docs)}, "status": status, "exit_code": code,
+            "summary": summary, "files": files, "truncated": truncated,
+            "max_errors": max_errors, "mismatches": records, "errors": errors,
+            "expectations": exps, "xpass": xpass, "notes": notes}
+
+
 def verify(backend, *, root=None, levels=(1,), ops=None, profiles=None, formats=None,
            src_dtypes=None, classes=None, suite=None, max_errors=20, expectations=None,
-           strict_xpass=False, progress=None, run_as=None, dump=None, only=None) -> VerifyReport:
+           strict_xpass=False, progress=None, run_as=None, dump=None, only=None,
+           shard=None) -> VerifyReport:
     """Run `backend` over the selected golden files.
 
     run_as: ask the backend for this profile on every file instead of the file's own profile
     (used by detect_profile; files are still compared with their own expected bits).
     only: a set of golden relpaths to restrict to (the pytest plugin runs one file at a time).
+    shard: (k, n), 0-based: run only `shard_of(files, k, n)` of the planned files.
     dump: a list that receives (relpath, table, mismatched rows, actual columns) per file with
     unexpected mismatches (for --dump-mismatches).
     Raises GoldenIntegrityError (exit 3) and BackendUnavailable (exit 4); selection errors
@@ -300,6 +417,8 @@ def verify(backend, *, root=None, levels=(1,), ops=None, profiles=None, formats=
                               name=header['backend']['name'], claimed_names=header['backend']['profiles_claimed'])
     if only is not None:
         files = [f for f in files if f.relpath in only]
+    if shard is not None:
+        files = shard_of(files, *shard)
     run = _Run(max_errors, expectations)
     for i, gf in enumerate(files):
         table = open_checked(root, gf)
@@ -315,17 +434,7 @@ def verify(backend, *, root=None, levels=(1,), ops=None, profiles=None, formats=
     t = run.totals
     xpass = [{"expectation": d.to_json(), **run.exp_state[d.index]} for d in run.expectations
              if run.exp_state[d.index]["matched"] and not run.exp_state[d.index]["mismatched"]]
-    ran = t["cases"] - t["skipped_unsupported"]
-    if t["cases"] == 0:
-        code, status = EXIT_EMPTY, "empty"
-    elif ran == 0:
-        code, status = EXIT_UNAVAILABLE, "unsupported"
-    elif t["mismatched_cases"] or t["error_cases"]:
-        code, status = EXIT_FAIL, "fail"
-    elif xpass and strict_xpass:
-        code, status = EXIT_FAIL, "xpass"
-    else:
-        code, status = EXIT_OK, "pass"
+    code, status = _outcome(t, xpass, strict_xpass)
     summary = {**t, "xpass": len(xpass), "files": len(files),
                "by_class": dict(sorted(run.by_class.items())),
                "by_field": dict(sorted(run.by_field.items())),
