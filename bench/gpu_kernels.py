@@ -84,8 +84,9 @@ def activations(rows, cols, seed, dtype=torch.bfloat16):
 
 
 class Run:
-    def __init__(self, size, quick, kernels=()):
+    def __init__(self, size, quick, kernels=(), cache=None):
         self.size = size
+        self.cache = Path(cache) if cache else None
         self.quick = quick
         self.kernels = set(kernels)      # --kernel: only these are checked and timed
         self.rows = []
@@ -279,6 +280,26 @@ class Run:
                           meta=dict(op="quantize_mx_sr", format="mxfp4", profile="ocp",
                                     impl="triton SR (Philox)", params={"axis": -1}))
 
+        if sr is not None and hasattr(sr, "quantize_nvfp4_sr"):
+            from mxref.golden.suites_ext import sr_profile
+
+            def run_nv_sr():
+                return sr.quantize_nvfp4_sr(x.unsqueeze(0), "ocp", seed=1234)
+
+            def check_nv_sr():
+                s, c, ts = run_nv_sr()
+                r = mxref.quantize(xc, "nvfp4", sr_profile("ocp"), seed=1234, rng_offset=0)
+                ds = int((s[0].cpu().numpy() != r.scales).sum())
+                dc = int((c[0].cpu().numpy() != r.codes).sum())
+                dt = int(np.float32(ts.cpu().numpy()[0]).view(np.uint32) !=
+                         np.float32(r.tensor_scale).view(np.uint32))
+                return ds == 0 and dc == 0 and dt == 0, \
+                    f"{ds} scale, {dc} code and {dt} tensor-scale mismatches"
+            self.membound("NVFP4 SR quantize bf16->nvfp4 ocp (in-kernel Philox, unpacked)",
+                          run_nv_sr, 2 * N + N + N / 16, check_nv_sr, group="sr",
+                          meta=dict(op="quantize_nvfp4_sr", format="nvfp4", profile="ocp",
+                                    impl="triton NVFP4 SR (Philox)", params={"axis": -1}))
+
         # fused Hadamard + quantize
         rot = ks.modules.get("triton_rotate")
         if rot is not None:
@@ -347,12 +368,77 @@ class Run:
                                     impl="triton reblock", params={"axis": 0}))
 
     # ---- GEMMs ------------------------------------------------------------------------
+    def cached(self, name, compute):
+        """A CPU reference array, computed once per --cache directory (runs repeated as
+        separate processes share it; .npy, no pickle)."""
+        if self.cache is None:
+            return compute()
+        f = self.cache / f"{name}.npy"
+        if f.is_file():
+            return np.load(f, allow_pickle=False)
+        v = np.asarray(compute())
+        self.cache.mkdir(parents=True, exist_ok=True)
+        tmp = f.with_suffix(".tmp.npy")
+        np.save(tmp, v, allow_pickle=False)
+        tmp.replace(f)
+        return v
+
+    def mxfp8_gemm(self, gm):
+        """The bit-exact MXFP8 E4M3 x E4M3 GEMM (int8 planes, exact block sums, one rounding
+        per block), checked against mxref's block_sequential result on the first rows."""
+        n = self.size
+        name = f"MXFP8 GEMM {n}^3 block_sequential (int8 planes)"
+        if not self.wanted(name):
+            return
+        rng = np.random.default_rng(8)
+
+        def codes(shape):          # every finite E4M3 code (0x7F / 0xFF are NaN)
+            c = rng.integers(0, 256, shape, dtype=np.uint8)
+            return np.where((c & 0x7F) == 0x7F, c ^ 0x01, c).astype(np.uint8)
+        a_c, b_c = codes((n, n)), codes((n, n))
+        a_s = rng.integers(120, 134, (n, n // 32), dtype=np.uint8)
+        b_s = rng.integers(120, 134, (n, n // 32), dtype=np.uint8)
+        rows = 32 if self.quick else 64
+        from mxref.gemm import gemm_codes
+
+        ref = self.cached(f"mxfp8_seq_{n}_{rows}", lambda: gemm_codes(
+            a_c[:rows], a_s[:rows], "mxfp8_e4m3", b_c, b_s, "mxfp8_e4m3",
+            mode="block_sequential"))
+        A = [torch.from_numpy(v).cuda() for v in (a_s, a_c)]
+        B = [torch.from_numpy(v).cuda() for v in (b_s, b_c)]
+
+        def run():
+            return gm.mx_gemm(A[0], A[1], B[0], B[1], "mxfp8_e4m3", "mxfp8_e4m3",
+                              mode="block_sequential")
+        meta = dict(op="gemm", format="mxfp8_e4m3+mxfp8_e4m3", profile="ocp",
+                    impl="triton block_sequential (int8 planes)",
+                    params={"mode": "block_sequential", "contract": "block_sequential"})
+        try:
+            y = run()[:rows].cpu().numpy()
+            d = int((y.view(np.uint32) != ref.view(np.uint32)).sum())
+            ok, why = d == 0, f"{d} of {y.size} outputs differ from block_sequential " \
+                              f"(rows 0..{rows - 1})"
+        except Exception as e:  # noqa: BLE001
+            ok, why = False, f"{type(e).__name__}: {e}"[:300]
+        if not ok:
+            self.record(kernel=name, group="gemm", status="FAILED", error=why, meta=meta)
+            return
+        ms, reps = bench_repeats(run, reps=100)
+        t = 2 * n ** 3 / (ms * 1e-3) / 1e12
+        self.record(kernel=name, group="gemm", status="ok", ms=ms, repeats_ms=reps,
+                    tflops=t, ratio=t / self.bf16_tflops, ratio_label="x cuBLAS BF16",
+                    check=why, meta=meta)
+
     def gemms(self):
         gm = self.ks.modules.get("triton_gemm")
         if gm is None:
             return
-        if self.kernels and not any(k.startswith("MXFP4 GEMM ") for k in self.kernels):
+        if self.kernels and not any(k.startswith(("MXFP4 GEMM ", "MXFP8 GEMM "))
+                                    for k in self.kernels):
             return      # --kernel names no GEMM: skip the CPU references (minutes) and the peer
+        self.mxfp8_gemm(gm)
+        if self.kernels and not any(k.startswith("MXFP4 GEMM ") for k in self.kernels):
+            return
         n = self.size
         rng = np.random.default_rng(7)
         a_c = rng.integers(0, 16, (n, n), dtype=np.uint8)
@@ -365,10 +451,12 @@ class Run:
         rows = 64 if self.quick else 128
         from mxref.gemm import gemm_codes, gemm_error_bound_codes
 
-        ref_seq = gemm_codes(a_c[:rows], a_s[:rows], "mxfp4", b_c, b_s, "mxfp4",
-                             mode="block_sequential")
-        ref_exact = gemm_codes(a_c[:rows], a_s[:rows], "mxfp4", b_c, b_s, "mxfp4", mode="exact")
-        ref_bound = gemm_error_bound_codes(a_c[:rows], a_s[:rows], "mxfp4", b_c, b_s, "mxfp4")
+        ref_seq = self.cached(f"mxfp4_seq_{n}_{rows}", lambda: gemm_codes(
+            a_c[:rows], a_s[:rows], "mxfp4", b_c, b_s, "mxfp4", mode="block_sequential"))
+        ref_exact = self.cached(f"mxfp4_exact_{n}_{rows}", lambda: gemm_codes(
+            a_c[:rows], a_s[:rows], "mxfp4", b_c, b_s, "mxfp4", mode="exact"))
+        ref_bound = self.cached(f"mxfp4_bound_{n}_{rows}", lambda: gemm_error_bound_codes(
+            a_c[:rows], a_s[:rows], "mxfp4", b_c, b_s, "mxfp4"))
 
         def run(mode, **kw):
             return gm.mx_gemm(A[0], A[1], B[0], B[1], "mxfp4", "mxfp4", mode=mode, **kw)
@@ -506,13 +594,16 @@ def main(argv=None):
     ap.add_argument("--kernel", action="append", default=[],
                     help="check and time only this kernel (exact name; repeatable); the "
                          "rooflines and peers run either way")
+    ap.add_argument("--cache", default=None,
+                    help="directory for the GEMM checks' CPU reference arrays (.npy), shared by "
+                         "repeated runs")
     args = ap.parse_args(argv)
     global REPEATS
     REPEATS = max(1, args.repeats)
     if not torch.cuda.is_available():
         print("no GPU: nothing to benchmark", file=sys.stderr)
         return 4
-    run = Run(args.size, args.quick, args.kernel)
+    run = Run(args.size, args.quick, args.kernel, args.cache)
     doc = {"schema": SCHEMA, "device": device_info(), "size": args.size,
            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "command": " ".join([sys.executable] + sys.argv), "repeats": REPEATS,

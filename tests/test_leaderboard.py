@@ -24,15 +24,22 @@ from mxref.verify.run import verify
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
 
+TREE = "fedcba9876543210fedcba9876543210fedcba98"
+
+
 @pytest.fixture(autouse=True)
 def clean_build(monkeypatch):
-    """A made-up clean commit. It is in no repository, so these records carry no git.tree (as
-    records made before trees were recorded): test_leaderboard_tree.py checks the tree."""
+    """A made-up clean commit with a made-up tree. The commit is in no repository, so the
+    tree check is replaced by its answer for that pair (test_leaderboard_tree.py checks real
+    trees in a real repository)."""
     from mxref.leaderboard import record as rmod
+    from mxref.leaderboard import submit as smod
     from mxref.verify import run as vrun
     monkeypatch.setenv("MXREF_COMMIT", COMMIT)
     monkeypatch.setenv("MXREF_DIRTY", "0")
-    monkeypatch.setattr(rmod, "tree_hash", lambda root=None: None)
+    monkeypatch.setattr(rmod, "tree_hash", lambda root=None: TREE)
+    monkeypatch.setattr(smod, "tree_problems", lambda rec, repo=None: [] if (
+        rec["git"]["commit"], rec["git"]["tree"]) == (COMMIT, TREE) else ["planted: tree"])
     vrun._git.cache_clear()
     rmod._git_state.cache_clear()
     yield

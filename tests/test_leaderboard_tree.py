@@ -185,13 +185,13 @@ def test_dirty_and_legacy_records(tmp_path, repo, report_doc):
     p, _ = _planted(tmp_path / "dirty", report_doc, {"commit": c2, "dirty": True, "tree": edited})
     assert [x for x in check_record(p, repo=repo).problems if "dirty" in x]
     assert check_record(p, repo=repo, allow_dirty=True).ok
-    # no tree (made before trees were recorded, or git failed): accepted, with a warning
-    for git in ({"commit": c2, "dirty": False}, {"commit": c2, "dirty": False, "tree": None}):
+    # no tree (made before trees were recorded, or git failed): rejected, naming the field
+    for git, why in (({"commit": c2, "dirty": False}, "'tree' is a required property"),
+                     ({"commit": c2, "dirty": False, "tree": None}, "git/tree:")):
         p, rec = _planted(tmp_path / "legacy", report_doc, git)
-        assert tree_problems(rec, repo) == []
         v = check_record(p, repo=repo)
-        assert v.ok and v.warnings and "no git.tree" in v.warnings[0], v.problems
-    # the schema: 40 lowercase hex or null
+        assert not v.ok and any(why in x for x in v.problems), v.problems
+    # the schema: 40 lowercase hex
     rec["git"]["tree"] = "ABC"
     assert any(x.startswith("git/tree:") for x in schema_problems(rec))
 
@@ -210,18 +210,13 @@ def test_cli_submit_looks_commits_up_in_the_stores_repository(tmp_path, repo, re
     assert r.exit_code == 1 and "is not in this repository" in r.output, r.output
 
 
-def test_committed_records_pass_with_or_without_a_tree():
-    """The store's older records predate git.tree: they validate unchanged, with a warning.
-    The newer ones carry it, and it is their commit's tree (checked in this repository)."""
+def test_committed_records_carry_their_commits_tree():
+    """Every stored record names the tree of the files it ran, and it is its commit's tree
+    (checked in this repository): the records made before trees were recorded were
+    re-measured."""
     files = record_files([STORE])
-    assert len(files) >= 43
-    with_tree = 0
+    assert len(files) >= 46
     for p in files:
         v = check_record(p, current_golden=False, allow_dirty=True)
-        assert v.ok, (p, v.problems)
-        if v.record["git"].get("tree"):
-            with_tree += 1
-            assert not v.warnings, (p, v.warnings)
-        else:
-            assert v.warnings, p
-    assert with_tree >= 36          # the 32 kernels at adf759a and 4 training runs at 05257b4
+        assert v.ok and not v.warnings, (p, v.problems, v.warnings)
+        assert v.record["git"]["tree"], p

@@ -75,12 +75,16 @@ def _ran(paths, as_json, out):
               help="Square fp32 input, SIZE x SIZE.")
 @click.option("--rounds", type=click.IntRange(3), default=15, show_default=True,
               help="Timed calls per entry (their spread is recorded).")
+@click.option("--processes", type=click.IntRange(1), default=3, show_default=True,
+              help="Run the benchmark this many times as separate processes; the repeats are "
+                   "the rounds of all of them.")
 @click.option("--json", "as_json", is_flag=True)
-def run_cpu_cmd(out, size, rounds, as_json):
+def run_cpu_cmd(out, size, rounds, processes, as_json):
     """The CPU emulator: verify (numba) + pytest-benchmark against torchao, torch, ml_dtypes."""
     from .runners import run_cpu
     try:
-        paths = run_cpu(Path(out), size=size, rounds=rounds, command=command_line())
+        paths = run_cpu(Path(out), size=size, rounds=rounds, command=command_line(),
+                        processes=processes)
     except MXRefError as e:
         _fail(str(e), 4)
     _ran(paths, as_json, out)
@@ -96,14 +100,22 @@ def run_cpu_cmd(out, size, rounds, as_json):
 @click.option("--kernel", "kernels", multiple=True, metavar="NAME",
               help="Time only this kernel (its exact entry name; repeatable). Default: every "
                    "kernel. The verify, rooflines and peers run either way.")
+@click.option("--processes", type=click.IntRange(1), default=3, show_default=True,
+              help="Run the timing this many times as separate processes, one after the "
+                   "other; a record's repeats are all of theirs, so its spread covers "
+                   "process-to-process variation.")
+@click.option("--jobs", "-j", type=click.IntRange(1), default=None,
+              help="Verify worker processes (default: half the cores, at most 8).")
 @click.option("--json", "as_json", is_flag=True)
-def run_gpu_cmd(out, size, repeats, levels, kernels, as_json):
+def run_gpu_cmd(out, size, repeats, levels, kernels, processes, jobs, as_json):
     """Every Triton kernel (or those given by --kernel): verify (triton backend) +
     bench/gpu_kernels.py, one job."""
     from .runners import run_gpu
     try:
+        from .runners import default_jobs
         paths = run_gpu(Path(out), size=size, repeats=repeats, levels=levels,
-                        command=command_line(), kernels=kernels)
+                        command=command_line(), kernels=kernels, processes=processes,
+                        jobs=jobs or default_jobs())
     except MXRefError as e:
         _fail(str(e), 4)
     _ran(paths, as_json, out)
@@ -198,12 +210,21 @@ def build_cmd(store, out, as_json):
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--baseline", type=click.Path(file_okay=False, exists=True), default=DEFAULT_STORE,
               show_default=True, help="The store holding the baseline records.")
+@click.option("--floors", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Run-to-run floor file (default: BASELINE/run_to_run.json when present).")
+@click.option("--no-floor", is_flag=True, help="Hold records to their spreads only.")
 @click.option("--json", "as_json", is_flag=True)
-def gate_cmd(paths, baseline, as_json):
+def gate_cmd(paths, baseline, floors, no_floor, as_json):
     """Fail (exit 1) when a new record's median is worse than the stored baseline of the same
-    GPU model / machine and suite version by more than the measured spread."""
+    GPU model / machine and suite version by more than the measured run-to-run spread: the
+    larger of the two records' spreads and the store's run-to-run floor."""
+    from .floor import FILE_NAME, FloorError, load
     from .gate import gate
-    rows = gate(paths, baseline)
+    try:
+        fl = {} if no_floor else load(floors or Path(baseline) / FILE_NAME)
+    except FloorError as e:
+        _fail(str(e), 2)
+    rows = gate(paths, baseline, fl)
     bad = [r for r in rows if r["status"] in ("regression", "error")]
     lines = []
     for r in rows:
@@ -218,6 +239,39 @@ def gate_cmd(paths, baseline, as_json):
     sys.exit(1 if bad else 0)
 
 
+@leaderboard_group.command("floor")
+@click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
+@click.option("--quantile", type=click.FloatRange(0, 1, min_open=True), default=0.9,
+              show_default=True, help="Which quantile of the entries' run-to-run moves.")
+@click.option("--out", "-o", type=click.Path(dir_okay=False), default=None,
+              help="Write (merge into) this floor file, e.g. "
+                   "bench/results/leaderboard/run_to_run.json. Default: print only.")
+@click.option("--json", "as_json", is_flag=True)
+def floor_cmd(runs, quantile, out, as_json):
+    """Measure the run-to-run floor from RUNS: two or more outputs of the same `leaderboard run`
+    command at the same commit, each made in a separate job (another machine lease). Per suite
+    and machine, the QUANTILE of the entries' largest relative move of the median between runs.
+
+    Exit 0 written or printed, 2 the runs cannot give a floor (fewer than two, different code,
+    a dirty tree, nothing shared)."""
+    from .floor import FloorError, load, measure, merge
+    try:
+        doc = measure(runs, quantile=quantile)
+        if out:
+            old = None
+            if Path(out).is_file():
+                load(out)                       # refuses to overwrite a file that is not one
+                old = json.loads(Path(out).read_text())
+            doc = merge(old, doc)
+            Path(out).write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    except FloorError as e:
+        _fail(str(e), 2)
+    lines = [f"{f['suite']} on {f['machine']}: floor {f['floor']:.2%} (q{f['quantile']:g} of "
+             f"{f['entries']} entries x {f['runs']} runs; median {f['median_diff']:.2%}, max "
+             f"{f['max_diff']:.2%})" for f in doc["floors"]]
+    _emit(doc, as_json, "\n".join(lines) + (f"\n-> {out}" if out else ""))
+
+
 @leaderboard_group.command("reproduce")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(exists=True))
 @click.option("--slack", type=click.FloatRange(0), default=1.0, show_default=True,
@@ -229,16 +283,27 @@ def gate_cmd(paths, baseline, as_json):
               help="Seconds per re-run command.")
 @click.option("--keep", type=click.Path(file_okay=False), default=None,
               help="Leave each re-run's records in KEEP/run-<i> instead of a temporary directory.")
+@click.option("--floors", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Run-to-run floor file (default: the repository's "
+                   "bench/results/leaderboard/run_to_run.json when present).")
+@click.option("--no-floor", is_flag=True, help="Hold records to their recorded spreads only.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 @click.option("--json", "as_json", is_flag=True)
-def reproduce_cmd(paths, slack, only_needed, timeout, keep, quiet, as_json):
+def reproduce_cmd(paths, slack, only_needed, timeout, keep, floors, no_floor, quiet, as_json):
     """Re-run the recorded commands of the records in PATHS (files or directories), each
-    distinct command once, and check every record's new median is within its recorded spread.
+    distinct command once, and check every record's new median is within its recorded spread
+    (or the measured run-to-run floor of its suite and machine, when that is larger).
 
     Exit 0 every record reproduced, 1 some did not, 4 some could not be compared (a command
     failed or wrote no matching record), 2 bad input (nothing was run)."""
+    from .floor import FILE_NAME, FloorError, load
+    from .record import REPO
     from .reproduce import ReproduceError, exit_code, reproduce_records
 
+    try:
+        fl = {} if no_floor else load(floors or REPO / DEFAULT_STORE / FILE_NAME)
+    except FloorError as e:
+        _fail(str(e), 2)
     t0 = time.monotonic()
 
     def say(msg):
@@ -250,7 +315,7 @@ def reproduce_cmd(paths, slack, only_needed, timeout, keep, quiet, as_json):
     try:
         rows, runs = reproduce_records(
             paths, only_needed=only_needed, slack=slack, timeout=timeout, keep=keep,
-            progress=None if quiet else say, echo=None if quiet else echo)
+            progress=None if quiet else say, echo=None if quiet else echo, floors=fl)
     except ReproduceError as e:
         _fail(str(e), 2)
     code = exit_code(rows)
@@ -267,7 +332,8 @@ def reproduce_cmd(paths, slack, only_needed, timeout, keep, quiet, as_json):
 
 def reproduce_table(rows) -> str:
     """One line per record: recorded and new medians, the signed difference, the tolerance
-    (recorded spread x slack), the re-run's spread, whether the new median is in the widened
+    (max(recorded spread, floor) x slack; marked 'f' when the floor decided it), the re-run's
+    spread, whether the new median is in the widened
     recorded range, and the verdict."""
     width = max([len(r["entry"]) for r in rows] + [5])
     head = (f"{'entry':<{width}}  {'recorded':>12}  {'new':>12}  {'diff':>8}  {'tol':>7}  "
@@ -281,6 +347,7 @@ def reproduce_table(rows) -> str:
         u = r["unit"] or ""
         lines.append(f"{r['entry']:<{width}}  {r['recorded_median']:>9.4g} {u:<2}  "
                      f"{r['new_median']:>9.4g} {u:<2}  {r['difference']:>+8.2%}  "
-                     f"{r['tolerance']:>7.2%}  {r['new_spread']:>7.2%}  "
+                     f"{r['tolerance']:>6.2%}{'f' if r.get('tolerance_from') == 'floor' else ' '}"
+                     f"  {r['new_spread']:>7.2%}  "
                      f"{'in' if r['within_range'] else 'out':>5}  {r['status']}")
     return "\n".join(lines)

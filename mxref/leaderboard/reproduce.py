@@ -12,8 +12,10 @@ records' recipes (bf16 runs as the baseline either way); other commands run as r
 
 The verdict for one record (`compare`), with ``diff = new median / recorded median - 1``:
 
-* ``reproduced`` when ``|diff| <= recorded spread x slack`` (the issue's rule: within the
-  recorded spread; ``spread`` is (max - min) / median of the recorded repeats);
+* ``reproduced`` when ``|diff| <= max(recorded spread, floor) x slack`` (the issue's rule:
+  within the recorded spread; ``spread`` is (max - min) / median of the recorded repeats, which
+  ``run gpu --processes`` takes from separate processes; ``floor`` is the measured run-to-run
+  floor of the suite and machine between separate jobs, ``floor.py``, 0 where none is stored);
 * ``not-reproduced`` otherwise;
 * ``error`` when there is nothing to compare: the command failed, timed out, or wrote no record
   of that suite / entry / machine (another GPU model, a kernel whose in-run check failed).
@@ -222,16 +224,19 @@ def _new_records(out: Path) -> dict[tuple, dict]:
     return found
 
 
-def compare(rec: dict, new: dict, *, slack: float = 1.0) -> dict:
+def compare(rec: dict, new: dict, *, slack: float = 1.0, floor: float = 0.0) -> dict:
     """The verdict for one record against the re-run's record of the same key (module
-    docstring); the re-run's git state is reported, never checked."""
+    docstring); the re-run's git state is reported, never checked. `floor`: the measured
+    run-to-run floor of the record's suite and machine (`floor.py`); the tolerance is
+    max(recorded spread, floor) x slack."""
     m, n = rec["metric"], new["metric"]
     diff = n["median"] / m["median"] - 1.0
-    tol = m["spread"] * slack
+    tol = max(m["spread"], floor) * slack
     lo = min(m["repeats"]) * (1.0 - n["spread"])
     hi = max(m["repeats"]) * (1.0 + n["spread"])
     ok = abs(diff) <= tol or math.isclose(abs(diff), tol, rel_tol=1e-9)   # a rounding at the edge
-    return {"recorded_median": m["median"], "recorded_spread": m["spread"],
+    return {"recorded_median": m["median"], "recorded_spread": m["spread"], "floor": floor,
+            "tolerance_from": "floor" if floor > m["spread"] else "spread",
             "recorded_repeats": len(m["repeats"]), "new_median": n["median"],
             "new_spread": n["spread"], "new_repeats": len(n["repeats"]), "difference": diff,
             "tolerance": tol, "within_spread": ok,
@@ -247,12 +252,13 @@ def _row(path, rec, run_index) -> dict:
 
 
 def execute(runs: list[Run], *, slack: float = 1.0, timeout: float = 3600, cwd=None, env=None,
-            keep=None, progress=None, echo=None) -> tuple[list[dict], list[dict]]:
+            keep=None, progress=None, echo=None, floors=None) -> tuple[list[dict], list[dict]]:
     """Run each planned command once and compare its records. Returns (rows, runs): a row per
     record (`compare`'s fields, or status 'error' with a reason) and a summary per command.
     `keep`: a directory to leave each re-run's output in (``run-<i>``) instead of a temporary
     one. `progress(msg)` hears what is starting and finishing, `echo(line)` the command's
-    output."""
+    output. `floors`: {(suite, machine): run-to-run floor} (`floor.load`)."""
+    from .floor import floor_of
     rows, summaries = [], []
     say = progress or (lambda msg: None)
     taken = [Path(keep) / f"run-{i}" for i in range(len(runs))] if keep else []
@@ -296,7 +302,8 @@ def execute(runs: list[Run], *, slack: float = 1.0, timeout: float = 3600, cwd=N
                     f"{rec['machine']['slug']} (it wrote {len(found)} record(s) on "
                     f"{', '.join(slugs) or 'no machine'})"))
             else:
-                row.update(compare(rec, new, slack=slack))
+                row.update(compare(rec, new, slack=slack,
+                                   floor=floor_of(floors or {}, rec)))
             rows.append(row)
         done = collections.Counter(r["status"] for r in rows if r["run"] == i)
         summaries.append({"recorded_command": run.recorded, "command": argv,

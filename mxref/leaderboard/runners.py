@@ -64,11 +64,13 @@ def _need_checkout(*rel):
                               "repository checkout (pip install -e .)")
 
 
-def _verify(out: Path, backend: str, ops, formats, profiles, levels, log, extra_env=None):
-    """Run mxref verify in a subprocess (it may need a GPU stack); returns (report, rel, sha)."""
+def _verify(out: Path, backend: str, ops, formats, profiles, levels, log, extra_env=None,
+            jobs: int = 1):
+    """Run mxref verify in a subprocess (it may need a GPU stack), in `jobs` worker processes;
+    returns (report, rel, sha)."""
     raw = out / f"verify-{backend}.json"
     cmd = [sys.executable, "-m", "mxref.cli", "verify", "-b", backend, "--no-progress",
-           "--ops", ",".join(ops), "--json-out", raw]
+           "--ops", ",".join(ops), "--json-out", raw, "--jobs", str(jobs)]
     for f in formats:
         cmd += ["-f", f]
     for p in profiles:
@@ -90,26 +92,38 @@ def _verify_ref(report, rel, sha, backend):
 
 
 # ---------------------------------------------------------------------------------------------
-def run_cpu(out: Path, *, size: int, rounds: int, command: list[str]) -> list[Path]:
+def run_cpu(out: Path, *, size: int, rounds: int, command: list[str],
+            processes: int = 1) -> list[Path]:
+    """verify (numba) once, then the pytest-benchmark `processes` times as separate processes;
+    a record's repeats are the rounds of every process, in process order."""
     git_state()     # commit + tree of the files now, before the run writes (cached)
     _need_checkout("bench/test_bench_quantize.py")
     out.mkdir(parents=True, exist_ok=True)
     log = out / "run.log"
     fmts = ["mxfp4", "mxfp8_e4m3"]
     report, rel, sha = _verify(out, "numba", ["quantize_mx"], fmts, ["ocp"], (0, 1), log)
-    bj = out / "cpu-bench.json"
-    rc = _run([sys.executable, "-m", "pytest", "bench/test_bench_quantize.py", "-q",
-               "-p", "no:cacheprovider", "-k", "not fresh_output", "--benchmark-save-data",
-               f"--benchmark-json={bj}"], log,
-              {"MXREF_BENCH_SIZE": str(size), "MXREF_BENCH_ROUNDS": str(rounds)})
-    if rc != 0 or not bj.is_file():
-        raise RunnerError(f"the CPU benchmark failed (exit {rc}); see {log}")
-    doc = json.loads(bj.read_text())
-    bj.unlink()
-    env = run_env()
     by = {}
-    for b in doc["benchmarks"]:
-        by[(b["extra_info"].get("impl"), b["extra_info"].get("fmt"))] = b
+    for i in range(processes):
+        bj = out / f"cpu-bench-{i}.json"
+        rc = _run([sys.executable, "-m", "pytest", "bench/test_bench_quantize.py", "-q",
+                   "-p", "no:cacheprovider", "-k", "not fresh_output", "--benchmark-save-data",
+                   f"--benchmark-json={bj}"], log,
+                  {"MXREF_BENCH_SIZE": str(size), "MXREF_BENCH_ROUNDS": str(rounds)})
+        if rc != 0 or not bj.is_file():
+            raise RunnerError(f"the CPU benchmark (process {i + 1} of {processes}) failed "
+                              f"(exit {rc}); see {log}")
+        doc = json.loads(bj.read_text())
+        bj.unlink()
+        for b in doc["benchmarks"]:
+            k = (b["extra_info"].get("impl"), b["extra_info"].get("fmt"))
+            if k in by:
+                by[k]["stats"]["data"] = by[k]["stats"]["data"] + b["stats"]["data"]
+                by[k]["_medians"].append(b["stats"]["median"])
+            elif i == 0:
+                by[k] = dict(b, _medians=[b["stats"]["median"]])
+    for b in by.values():                   # a peer's time: the median over the processes
+        b["stats"]["median"] = statistics.median(b["_medians"])
+    env = run_env()
     roof = by.get(("read fp32 + write u8 (numba)", "roofline"))
     if roof is None:
         raise RunnerError("the CPU benchmark has no copy roofline row")
@@ -140,7 +154,7 @@ def run_cpu(out: Path, *, size: int, rounds: int, command: list[str]) -> list[Pa
                     "threads": os.environ.get("NUMBA_NUM_THREADS")},
             metric={"name": "time per call", "unit": "s", "lower_is_better": True,
                     "repeats": data, "samples_per_repeat": 1, "work": n_el / 1e6,
-                    "rate_unit": "M elem/s"},
+                    "rate_unit": "M elem/s", "processes": processes},
             roofline={"name": "numba copy: read fp32 + write u8", "median": roof_med,
                       "unit": "s", "rate": rate(roof_med), "rate_unit": "M elem/s",
                       "ratio_label": "of copy", "basis": "rate",
@@ -153,31 +167,75 @@ def run_cpu(out: Path, *, size: int, rounds: int, command: list[str]) -> list[Pa
 
 # ---------------------------------------------------------------------------------------------
 GPU_OPS = ["quantize_mx", "quantize_mx_sr", "quantize_rotated", "dequantize", "mxfp4_to_fp8",
-           "gemm", "quantize_nvfp4", "fp8_to_mxfp4", "reblock"]
+           "gemm", "quantize_nvfp4", "quantize_nvfp4_sr", "fp8_to_mxfp4", "reblock"]
+
+
+def default_jobs() -> int:
+    n = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(8, (n or 1) // 2))
+
+
+def combine_processes(docs: list[dict]) -> dict:
+    """One bench document from the documents of P separate processes of bench/gpu_kernels.py:
+    per kernel, the repeats of every process in process order (``repeats_ms``), their median
+    (``ms``) and the rate at it; ``processes`` and ``repeats_per_process`` say where they came
+    from. A kernel counts only if it is ``ok`` in every process (a failed bit check in any
+    process keeps it out); a peer timed once per process gets the median of those times."""
+    base = docs[0]
+    by = [{r["kernel"]: r for r in d["rows"]} for d in docs]
+    rows = []
+    for r in base["rows"]:
+        name = r["kernel"]
+        same = [b.get(name) for b in by]
+        if any(x is None for x in same):
+            continue
+        if any(x.get("status") != "ok" for x in same):
+            bad = next(x for x in same if x.get("status") != "ok")
+            rows.append(bad)
+            continue
+        reps = [v for x in same for v in (x.get("repeats_ms") or [x["ms"]])]
+        ms = statistics.median(reps)
+        new = dict(r, ms=ms, repeats_ms=reps, processes=len(docs),
+                   repeats_per_process=[len(x.get("repeats_ms") or [x["ms"]]) for x in same])
+        for k in ("gbps", "tflops"):
+            if r.get(k):
+                new[k] = r[k] * r["ms"] / ms          # work / time at the new median
+        rows.append(new)
+    return {**base, "rows": rows, "processes": len(docs)}
 
 
 def run_gpu(out: Path, *, size: int, repeats: int, levels, command: list[str],
-            kernels=()) -> list[Path]:
+            kernels=(), processes: int = 1, jobs: int = 1) -> list[Path]:
     """`kernels` (exact bench kernel names = record entries) restricts the timing to those
-    kernels; the verify, the rooflines and the peers run as in a full run."""
+    kernels; the verify, the rooflines and the peers run as in a full run. The timing runs
+    `processes` times as separate processes, one after the other, each taking `repeats`
+    do_bench medians per kernel; a record's repeats are all of them (`combine_processes`). The
+    verify runs once, in `jobs` worker processes."""
     git_state()     # commit + tree of the files now, before the run writes (cached)
     _need_checkout("bench/gpu_kernels.py")
     out.mkdir(parents=True, exist_ok=True)
     log = out / "run.log"
     report, rel, sha = _verify(out, "triton", GPU_OPS, ["mxfp4", "mxfp8_e4m3", "nvfp4"],
-                               ["ocp", "rceil", "te_nvfp4"], levels, log)
-    bj = out / "gpu-bench.json"
-    rc = _run([sys.executable, "bench/gpu_kernels.py", "--out", bj, "--size", str(size),
-               "--repeats", str(repeats)] + [x for k in kernels for x in ("--kernel", k)], log)
-    if rc != 0 or not bj.is_file():
-        raise RunnerError(f"bench/gpu_kernels.py failed (exit {rc}); see {log}")
-    doc = json.loads(bj.read_text())
+                               ["ocp", "rceil", "te_nvfp4"], levels, log, jobs=jobs)
+    docs = []
+    cache = out / "gemm-reference-cache"
+    for i in range(processes):
+        bj = out / f"gpu-bench-{i}.json"
+        rc = _run([sys.executable, "bench/gpu_kernels.py", "--out", bj, "--size", str(size),
+                   "--repeats", str(repeats), "--cache", cache] +
+                  [x for k in kernels for x in ("--kernel", k)], log)
+        if rc != 0 or not bj.is_file():
+            raise RunnerError(f"bench/gpu_kernels.py (process {i + 1} of {processes}) failed "
+                              f"(exit {rc}); see {log}")
+        docs.append(json.loads(bj.read_text()))
+        for ext in (".json", ".md"):
+            bj.with_suffix(ext).unlink(missing_ok=True)
+    shutil.rmtree(cache, ignore_errors=True)
+    doc = combine_processes(docs)
     unknown = sorted(set(kernels) - {r["kernel"] for r in doc["rows"]})
     if unknown:                # a misspelt name, or a bench part that crashed before it
         print(f"warning: bench/gpu_kernels.py ran no kernel named {unknown} (size {size}); "
               f"see {log}", file=sys.stderr, flush=True)
-    for ext in (".json", ".md"):
-        bj.with_suffix(ext).unlink(missing_ok=True)
     return ingest_gpu(out, doc, report, rel, sha, command)
 
 
@@ -213,7 +271,7 @@ def ingest_gpu(out: Path, doc: dict, report: dict, rel: str, sha: str, command) 
             # the rate follows the median of the repeats (do_bench medians)
             metric={"name": "kernel time", "unit": "ms", "lower_is_better": True,
                     "repeats": r.get("repeats_ms") or [r["ms"]], "work": rate * r["ms"],
-                    "rate_unit": unit},
+                    "rate_unit": unit, "processes": int(r.get("processes", 1))},
             roofline={"name": roof["kernel"].removeprefix("roofline: "),
                       "median": roof["ms"], "unit": "ms", "rate": rrate, "rate_unit": unit,
                       "ratio_label": "of copy" if not gemm else "x cuBLAS BF16",

@@ -59,6 +59,8 @@ RECORD_SCHEMA = {
                 "repeats": {"type": "array", "items": _pos, "minItems": 1},
                 "spread": {"type": "number", "minimum": 0},      # (max - min) / median of repeats
                 "samples_per_repeat": {"type": "integer", "minimum": 1},
+                # separate processes the repeats came from, in process order (run --processes)
+                "processes": {"type": "integer", "minimum": 1},
                 "rate": {"type": ["number", "null"]},            # work / median (GB/s, TFLOP/s, ...)
                 "rate_unit": _nstr,
             },
@@ -94,12 +96,12 @@ RECORD_SCHEMA = {
         },
         "packages": {"type": "object", "required": ["python", "mxref"],
                      "additionalProperties": {"type": "string"}},
-        "git": {"type": "object", "required": ["commit", "dirty"],
+        "git": {"type": "object", "required": ["commit", "dirty", "tree"],
                 "properties": {"commit": {"type": "string", "pattern": "^[0-9a-f]{7,40}$"},
                                "dirty": {"type": "boolean"},
-                               # the files' git tree (record.tree_hash); absent in old records
-                               "tree": {"type": ["string", "null"],
-                                        "pattern": "^[0-9a-f]{40}$"}}},
+                               # the files' git tree (record.tree_hash), required since
+                               # 2026-11-22: a record that cannot name its files is rejected
+                               "tree": {"type": "string", "pattern": "^[0-9a-f]{40}$"}}},
         "golden": {"type": "object", "required": ["suite", "suite_version", "manifest_sha256"],
                    "properties": {"suite": _str, "suite_version": _str, "manifest_sha256": _sha}},
         "command": {"type": "array", "items": {"type": "string"}, "minItems": 1},

@@ -18,8 +18,9 @@ Checks (each failure is one reason in the rejection):
    in the store's repository: a wrong commit (a stale ``.git`` on a device, a wrong
    MXREF_COMMIT) or files that differ from it while ``git.dirty`` says clean are caught here.
    A commit this repository does not hold cannot be checked and is rejected. A dirty record's
-   tree is not compared (the dirty rule speaks for it); records without a tree (made before
-   trees were recorded) are accepted with a warning.
+   tree is not compared (the dirty rule speaks for it). A record without a tree is rejected by
+   the schema (``git.tree`` is required since 2026-11-22; the records made before trees were
+   recorded were re-measured).
 
 These checks catch edits, missing or foreign evidence and inconsistent numbers. They cannot stop a
 forger who re-runs the hashing by hand; `mxref leaderboard reproduce` re-runs the recorded command,
@@ -176,7 +177,7 @@ def evidence_problems(rec: dict, path: Path, roots=()) -> tuple[list[str], Path 
 
 def tree_problems(rec: dict, repo=REPO) -> list[str]:
     """The record's ``git.tree`` against its commit's tree in `repo` (empty when they agree,
-    when the record has no tree, or when it is dirty: then the tree differs by design)."""
+    or when it is dirty: then the tree differs by design; the schema requires a tree)."""
     g = rec["git"]
     tree, commit = g.get("tree"), g["commit"]
     if not tree:
@@ -236,9 +237,6 @@ def check_record(path, *, roots=(), current_golden=True, allow_dirty=False,
     if rec["git"]["dirty"] and not allow_dirty:
         v.problems.append("built from a dirty tree (git.dirty): not reproducible from its commit")
     v.problems += tree_problems(rec, repo)
-    if not rec["git"].get("tree"):
-        v.warnings.append("no git.tree: the commit is the run's word, not checked against the "
-                          "files")
     return v
 
 
