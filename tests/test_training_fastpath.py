@@ -42,7 +42,7 @@ def _fwd_bwd(m, x0, fast=True):
 
 def test_plan_covers_exactly_the_plain_mx_recipes():
     took = {name for name, r in RECIPES.items() if M.fast_plan(r) is not None}
-    assert took == {"mxfp4-fdw"}, took
+    assert took == {"mxfp4-f", "mxfp4-fd", "mxfp4-fdw"}, took
     # a custom all-MXFP8 recipe qualifies; SR, a rotation or one bf16 operand does not
     base = get_recipe("mxfp4-fdw")
     f8 = dataclasses.replace(base.fprop.a, fmt="mxfp8_e4m3")
@@ -55,12 +55,48 @@ def test_plan_covers_exactly_the_plain_mx_recipes():
     h = base.replace(name="h", wgrad=dataclasses.replace(base.wgrad, hadamard="deterministic",
                                                          hadamard_n=16))
     assert M.fast_plan(h) is None
-    assert M.fast_plan(get_recipe("mxfp4-fd")) is None      # bf16 wgrad operands
+    # an unquantized operand re-used from the forward (source "fwd") stays generic
+    fwd = get_recipe("mxfp4-fd").replace(name="fwd", wgrad=dataclasses.replace(
+        base.wgrad, b=dataclasses.replace(get_recipe("mxfp4-fd").wgrad.b, source="fwd")))
+    assert fwd.wgrad.b.fmt is None and M.fast_plan(fwd) is None
+    assert M.fast_plan(get_recipe("bf16")) is None           # nothing quantized: F.linear
 
 
+def test_plan_marks_the_unquantized_orientations():
+    f4 = get_recipe("mxfp4-fdw").fprop.a
+    assert M.fast_plan(get_recipe("mxfp4-f")) == {"x": (f4, None), "w": (f4, None),
+                                                  "dy": (None, None)}
+    assert M.fast_plan(get_recipe("mxfp4-fd")) == {"x": (f4, None), "w": (f4, f4),
+                                                   "dy": (f4, None)}
+    assert M.fast_plan(get_recipe("mxfp4-fdw")) == {"x": (f4, f4), "w": (f4, f4),
+                                                    "dy": (f4, f4)}
+
+
+@pytest.mark.parametrize("recipe,want", [
+    ("mxfp4-f", [(True, False), (True, False)]),
+    ("mxfp4-fd", [(True, False), (True, True), (True, False)]),
+    ("mxfp4-fdw", [(True, True), (True, True), (True, True)])])
+def test_one_launch_per_tensor_with_a_quantized_orientation(monkeypatch, recipe, want):
+    """(rows, cols) of every quantize_dequantize launch of a forward + backward: x, W, dy in
+    that order, none for a tensor whose orientations are all unquantized."""
+    tf = M._triton_fast(torch.device("cpu"))
+    real = tf.quantize_dequantize
+    calls = []
+
+    def counting(t, fmt, profile="ocp", *, rows=True, cols=False, **kw):
+        calls.append((rows, cols))
+        return real(t, fmt, profile, rows=rows, cols=cols, **kw)
+
+    monkeypatch.setattr(tf, "quantize_dequantize", counting)
+    M._X_CACHE.clear()
+    _fwd_bwd(_pair(recipe), torch.randn(40, 64))
+    assert calls == want
+
+
+@pytest.mark.parametrize("recipe", ["mxfp4-f", "mxfp4-fd", "mxfp4-fdw"])
 @pytest.mark.parametrize("bias", [True, False])
-def test_fast_path_is_bit_identical_to_the_generic_path_in_fp32(bias):
-    m = _pair(bias=bias)
+def test_fast_path_is_bit_identical_to_the_generic_path_in_fp32(recipe, bias):
+    m = _pair(recipe, bias=bias)
     x0 = torch.randn(3, 40, 64)
     fast = _fwd_bwd(m, x0, True)
     slow = _fwd_bwd(m, x0, False)
@@ -69,15 +105,129 @@ def test_fast_path_is_bit_identical_to_the_generic_path_in_fp32(bias):
             assert a.dtype == b.dtype and torch.equal(a, b)
 
 
-def test_fast_path_capture_passes_against_mxref_and_records_the_values():
+@pytest.mark.parametrize("recipe,same", [("mxfp4-f", ("dx", "dW")), ("mxfp4-fd", ("dW",))])
+def test_unquantized_gemms_under_autocast_are_nn_linear_bit_for_bit(recipe, same):
+    """Under bf16 autocast a GEMM whose operands are both unquantized is nn.Linear's: the
+    upstream gradient of (y.float() * c).sum() is c in bf16 whatever y is, so dx (mxfp4-f) and
+    dW (both) must equal nn.Linear's bit for bit, while the quantized ones must not."""
+    m = _pair(recipe, bias=False)
+    ref = torch.nn.Linear(64, 32, bias=False)
+    with torch.no_grad():
+        ref.weight.copy_(m.weight)
+    x0 = torch.randn(3, 40, 64)
+    got = {}
+    for name, mod in (("mx", m), ("ref", ref)):
+        x = x0.clone().requires_grad_(True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = mod(x)
+        (y.float() * torch.linspace(-1, 1, 32)).sum().backward()
+        got[name] = {"y": y.detach(), "dx": x.grad, "dW": mod.weight.grad.clone()}
+    for k in ("y", "dx", "dW"):
+        a, b = got["mx"][k], got["ref"][k]
+        assert a.dtype == b.dtype
+        assert torch.equal(a, b) == (k in same), k
+
+
+def _autocast_fwd_bwd(m, x0):
+    x = x0.clone().requires_grad_(True)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        y = m(x)
+    (y.float() * torch.linspace(-1, 1, y.shape[-1])).sum().backward()
+
+
+# the unquantized operands per recipe (GEMM, operand name)
+_UNQ = {"mxfp4-f": {("dgrad", "dy"), ("dgrad", "W^T"), ("wgrad", "dy^T"), ("wgrad", "x^T")},
+        "mxfp4-fd": {("wgrad", "dy^T"), ("wgrad", "x^T")}, "mxfp4-fdw": set()}
+
+
+@pytest.mark.parametrize("recipe", ["mxfp4-f", "mxfp4-fd", "mxfp4-fdw"])
+@pytest.mark.parametrize("autocast", [False, True])
+def test_fast_path_capture_passes_against_mxref_and_records_the_values(recipe, autocast):
+    m = _pair(recipe)
+    capture_next(m)
+    x0 = torch.randn(48, 64)
+    if autocast:
+        _autocast_fwd_bwd(m, x0)
+    else:
+        _fwd_bwd(m, x0)
+    recs = check_capture(m, gemm_check="bound")
+    assert len(recs) == 9 and all(r.ok for r in recs), [r for r in recs if not r.ok]
+    ops = [r for r in recs if r.operand != "out"]
+    assert all("values" in r.detail for r in ops), [r.detail for r in ops]
+    unq = {(r.gemm, r.operand) for r in ops if r.profile == "cast"}
+    assert unq == _UNQ[recipe]
+    want = "bf16" if autocast else "fp32"
+    assert all(r.fmt == want and "unquantized" in r.detail for r in ops if r.profile == "cast")
+    assert all(r.fmt == "mxfp4" for r in ops if r.profile != "cast")
+    assert m._capture is None and m._capture_done["complete"]
+
+
+def test_fast_path_capture_passes_mxref_check_gemm():
     m = _pair()
     capture_next(m)
     _fwd_bwd(m, torch.randn(48, 64))
     recs = check_capture(m)
     assert len(recs) == 9 and all(r.ok for r in recs), [r for r in recs if not r.ok]
-    quant = [r for r in recs if r.operand != "out"]
-    assert all("values" in r.detail for r in quant), [r.detail for r in quant]
-    assert m._capture is None and m._capture_done["complete"]
+    assert [r.profile for r in recs if r.operand == "out"] == ["mxref.check_gemm"] * 3
+
+
+def _bf16_leak(t, bf16):
+    """Planted bug: an unquantized operand cast to bf16 whatever the autocast state."""
+    return t.to(torch.bfloat16).contiguous()
+
+
+def _fp32_leak(t, bf16):
+    """Planted bug: an unquantized operand left in fp32 under bf16 autocast."""
+    return t.to(torch.float32).contiguous()
+
+
+def _quantized_leak(t, bf16):
+    """Planted bug: an unquantized operand quantized (MXFP4 along its rows) after all."""
+    tf = M._triton_fast(t.device)
+    v = tf.quantize_dequantize(t.contiguous(), "mxfp4", "ocp", rows=True)[0]
+    return v if bf16 else v.float()
+
+
+@pytest.mark.parametrize("bug,autocast,says", [
+    (_fp32_leak, True, "multiplied as float32, not bfloat16"),
+    (_bf16_leak, False, "multiplied as bfloat16, not float32"),
+    (_quantized_leak, True, "differ from mxref"),
+    (_quantized_leak, False, "differ from mxref")])
+def test_validation_fails_on_a_wrongly_handled_unquantized_operand(monkeypatch, bug, autocast,
+                                                                   says):
+    monkeypatch.setattr(M, "_hp", bug)
+    m = _pair("mxfp4-f")
+    capture_next(m)
+    x0 = torch.randn(48, 64)
+    if autocast:
+        _autocast_fwd_bwd(m, x0)
+    else:
+        _fwd_bwd(m, x0)
+    recs = check_capture(m, gemm_check="bound")
+    bad = {(r.gemm, r.operand) for r in recs if not r.ok and r.operand != "out"}
+    assert bad == _UNQ["mxfp4-f"], [r for r in recs if not r.ok]
+    assert all(says in r.detail for r in recs if not r.ok and r.operand != "out")
+    # the quantized forward operands are untouched by the bug and still pass
+    assert all(r.ok for r in recs if r.gemm == "fprop")
+
+
+def test_validation_bound_fails_on_a_wrong_unquantized_gemm_output(monkeypatch):
+    """A GEMM with unquantized operands whose recorded output is off by 2^-8 relative (far
+    outside (C + 2) u |A||B|^T) fails the bound check; the operand checks still pass."""
+    real = M._mm_out
+
+    def off(a, b):
+        out = real(a, b)
+        return out * (1 + 2.0 ** -8) if a.dtype == torch.bfloat16 and \
+            b.dtype == torch.bfloat16 and out.shape == (48, 64) else out
+
+    monkeypatch.setattr(M, "_mm_out", off)
+    m = _pair("mxfp4-f")
+    capture_next(m)
+    _autocast_fwd_bwd(m, torch.randn(48, 64))
+    recs = check_capture(m, gemm_check="bound")
+    bad = [(r.gemm, r.operand) for r in recs if not r.ok]
+    assert bad == [("dgrad", "out")], [r for r in recs if not r.ok]
 
 
 def test_fast_path_validation_fails_on_a_wrong_value(monkeypatch):

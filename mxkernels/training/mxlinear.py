@@ -246,13 +246,15 @@ _BF16_MM = [True]
 
 def _mm_bf16_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """bf16 x bf16 -> fp32 output (fp32 accumulation) where torch has mm(out_dtype=); else
-    the fp32 matmul of the same (exact) values."""
+    the fp32 matmul of the same (exact) values, with autocast off (CPU autocast has no
+    mm(out_dtype=) and would round an fp32 mm's result to bf16)."""
     if _BF16_MM[0]:
         try:
             return torch.mm(a.to(torch.bfloat16), b.to(torch.bfloat16), out_dtype=torch.float32)
         except (RuntimeError, TypeError, NotImplementedError):
             _BF16_MM[0] = False
-    return torch.mm(a.to(torch.float32), b.to(torch.float32))
+    with torch.autocast(device_type=a.device.type, enabled=False):
+        return torch.mm(a.to(torch.float32), b.to(torch.float32))
 
 
 def _dge_factor(w_scaled: torch.Tensor, k: float) -> torch.Tensor:
@@ -378,15 +380,25 @@ def _plain(spec: OperandSpec) -> bool:
     return supports(spec.fmt, spec.profile, "float32")
 
 
+def _unquantized(spec: OperandSpec) -> bool:
+    """An operand the GEMM reads from the high-precision tensor itself (not the forward copy)."""
+    return spec.fmt is None and spec.source == "hp"
+
+
 def fast_plan(recipe) -> dict | None:
     """The fast path's plan for ``recipe``, or None when the generic path must run it.
 
-    Eligible: every one of the six operands quantized by a plain MX block format and profile
-    that ``triton_fast.quantize_dequantize`` implements (RNE, from high precision, no rotation,
-    corrections, vector scaling or activation storage; plain "matmul" GEMMs), e.g. mxfp4-fdw.
-    Each tensor then needs one launch that writes the dequantized (exact, bf16) values of both
-    of its orientations: x along K (fprop) and T (wgrad), W along K (fprop) and N (dgrad), dy
-    along N (dgrad) and T (wgrad); the GEMMs are bf16 torch.mm with fp32 accumulation."""
+    Eligible: every one of the six operands either unquantized (fmt None, read from the
+    high-precision tensor) or quantized by a plain MX block format and profile that
+    ``triton_fast.quantize_dequantize`` implements (RNE, from high precision, no rotation,
+    corrections, vector scaling or activation storage; plain "matmul" GEMMs), and at least one
+    quantized: mxfp4-f, mxfp4-fd, mxfp4-fdw. A tensor with a quantized orientation needs one
+    launch that writes the dequantized (exact, bf16) values of the orientations that are
+    quantized: x along K (fprop) and T (wgrad), W along K (fprop) and N (dgrad), dy along N
+    (dgrad) and T (wgrad). An unquantized orientation is the tensor itself, cast to bf16 under
+    bf16 autocast (what nn.Linear multiplies there) and to fp32 otherwise (what the generic path
+    multiplies). The plan maps "x", "w", "dy" to (row spec, column spec), None for an
+    unquantized orientation."""
     return _fast_plan(recipe)
 
 
@@ -394,12 +406,24 @@ def fast_plan(recipe) -> dict | None:
 def _fast_plan(recipe) -> dict | None:
     if recipe.save_activations is not None:
         return None
+    any_q = False
     for gemm in GEMMS:
         g = getattr(recipe, gemm)
-        if g.hadamard != "none" or g.gemm != "matmul" or not (_plain(g.a) and _plain(g.b)):
+        if g.hadamard != "none" or g.gemm != "matmul":
             return None
-    return {"x": (recipe.fprop.a, recipe.wgrad.b), "w": (recipe.fprop.b, recipe.dgrad.b),
-            "dy": (recipe.dgrad.a, recipe.wgrad.a)}
+        for spec in (g.a, g.b):
+            if _plain(spec):
+                any_q = True
+            elif not _unquantized(spec):
+                return None
+    if not any_q:
+        return None
+
+    def q(spec):
+        return spec if spec.fmt is not None else None
+    return {"x": (q(recipe.fprop.a), q(recipe.wgrad.b)), "w": (q(recipe.fprop.b),
+                                                             q(recipe.dgrad.b)),
+            "dy": (q(recipe.dgrad.a), q(recipe.wgrad.a))}
 
 
 _TF: dict = {}
@@ -416,10 +440,22 @@ def _triton_fast(device: torch.device):
 
 def _qdq(t: torch.Tensor, specs, want_q: bool):
     """(row values, col values, codes/scales or None) of t [R, C]: rows blocked along C per
-    specs[0], columns blocked along R per specs[1]; one launch when both use the same format
-    and profile. (Host time matters here: a step calls this three times per layer.)"""
-    tf = _triton_fast(t.device)
+    specs[0], columns blocked along R per specs[1]; None for an unquantized orientation (spec
+    None) and no launch when neither is quantized; one launch when both use the same format and
+    profile, or when only one orientation is quantized. (Host time matters here: a step calls
+    this three times per layer.)"""
     s0, s1 = specs
+    if s0 is None and s1 is None:
+        return None, None, None
+    tf = _triton_fast(t.device)
+    if s1 is None or s0 is None:
+        s = s0 if s1 is None else s1
+        if Q._ACTIVE[0] is None:
+            return tf.quantize_dequantize(t, s.fmt, s.profile, rows=s1 is None,
+                                          cols=s0 is None, with_codes=want_q)
+        with Q._section(t.device):
+            return tf.quantize_dequantize(t, s.fmt, s.profile, rows=s1 is None,
+                                          cols=s0 is None, with_codes=want_q)
     if Q._ACTIVE[0] is None and s0.fmt == s1.fmt and s0.profile == s1.profile:
         return tf.quantize_dequantize(t, s0.fmt, s0.profile, rows=True, cols=True,
                                       with_codes=want_q)
@@ -454,17 +490,45 @@ def _qdq_input(x: torch.Tensor, x2: torch.Tensor, specs, want_q: bool):
 
 
 def _mm(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype, autocast: bool) -> torch.Tensor:
-    """a @ b of bf16 operands with fp32 accumulation. Under autocast (what nn.Linear does
-    there): the bf16 result cast to ``dtype``; otherwise the fp32 result cast to ``dtype``."""
+    """a @ b with fp32 accumulation. Under bf16 autocast (both operands bf16; what nn.Linear
+    does there): the bf16 result cast to ``dtype``. Otherwise bf16 operands give the fp32
+    result of the bf16 mm cast to ``dtype``, and an fp32 operand (an unquantized one outside
+    bf16 autocast) the fp32 matmul with autocast off, as the generic path computes it."""
     if autocast:
         out = torch.mm(a, b)
         return out if dtype == torch.bfloat16 else out.to(dtype)
-    return _mm_bf16_f32(a, b).to(dtype)
+    if a.dtype == torch.bfloat16 and b.dtype == torch.bfloat16:
+        return _mm_bf16_f32(a, b).to(dtype)
+    return _mm_f32(a, b).to(dtype)
+
+
+def _mm_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The fp32 matmul of a and b (autocast off: it would round the result to bf16)."""
+    with torch.autocast(device_type=a.device.type, enabled=False):
+        return torch.matmul(a.float(), b.float())
+
+
+def _mm_out(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """The fp32-output GEMM of the values a step multiplied (what a capture records)."""
+    if a.dtype == torch.bfloat16 and b.dtype == torch.bfloat16:
+        return _mm_bf16_f32(a, b)
+    return _mm_f32(a, b)
+
+
+def _hp(t: torch.Tensor, bf16: bool) -> torch.Tensor:
+    """An unquantized operand as the fast path multiplies it: cast to bf16 under bf16 autocast
+    (nn.Linear's operand there), else to fp32 (the generic path's)."""
+    return t.to(torch.bfloat16 if bf16 else torch.float32).contiguous()
 
 
 def _rec_operand(t, q, side_rows: bool, values):
     """A capture record of an operand blocked along its last axis, from a qdq of the tensor
-    (side_rows: the operand is t itself (row blocks), else t^T (column blocks))."""
+    (side_rows: the operand is t itself (row blocks), else t^T (column blocks)). ``q`` None:
+    an unquantized operand, recorded as its high-precision input and the values multiplied."""
+    if q is None:
+        if side_rows:
+            return {"input": _np(t.float()), "values": _np(values)}
+        return {"input": _np(t.float().t()), "values": _np(values.t())}
     if side_rows:
         return {"input": _np(t.float()), "scales": _np(q[0]), "codes": _np(q[1]),
                 "sr_seed": None, "tensor_scale": None, "row_scale": None, "extra": {},
@@ -474,12 +538,24 @@ def _rec_operand(t, q, side_rows: bool, values):
             "values": _np(values.t())}
 
 
+def _qpart(q, rows: bool):
+    """The codes/scales of one orientation of a qdq's ``q``, or None when it is unquantized."""
+    if q is None or (q[0] if rows else q[2]) is None:
+        return None
+    return q
+
+
 class _MXLinearFastFn(torch.autograd.Function):
-    """The plain-MX recipes (see fast_plan) on CUDA: per step and layer three fake-quantization
-    launches (x, W, dy; x shared by the layers that read it) and three bf16 GEMMs (fp32
-    accumulation, bf16 results cast to the input / weight dtype: nn.Linear under autocast). A
-    capture (in-run validation) also records the codes and scales from the same launches and
-    fp32-output GEMMs of the same operands (what mxref.check_gemm bounds)."""
+    """The recipes of fast_plan on CUDA: per step and layer one fake-quantization launch per
+    tensor with a quantized orientation (x, W, dy; x shared by the layers that read it) and
+    three GEMMs. Quantized orientations are the launch's exact bf16 values; unquantized ones
+    the tensor cast to bf16 under bf16 autocast, else to fp32. Under bf16 autocast the GEMMs
+    are bf16 torch.mm (fp32 accumulation, bf16 results cast to the input / weight dtype:
+    nn.Linear under autocast); otherwise fp32-output GEMMs (fp32 matmuls where an operand is
+    fp32), bit-identical to the generic path. A capture (in-run validation) also records the
+    codes and scales from the same launches, the values every GEMM multiplied, the autocast
+    state, and fp32-output GEMMs of the same operands (what mxref.check_gemm and the bound
+    check)."""
 
     @staticmethod
     def forward(ctx, x, weight, bias, layer, plan):
@@ -487,23 +563,33 @@ class _MXLinearFastFn(torch.autograd.Function):
         x2 = x.reshape(-1, shape[-1])
         cap = layer._capture
         want = cap is not None
-        xr, xc, qx = _qdq_input(x, x2, plan["x"], want)
-        wr, wc, qw = _qdq(weight, plan["w"], want)
         ac = torch.is_autocast_enabled(x.device.type)
         odt = torch.get_autocast_dtype(x.device.type) if ac else x.dtype
-        y = _mm(xr, wr.t(), odt, ac and odt == torch.bfloat16)
+        bf = ac and odt == torch.bfloat16
+        xr, xc, qx = _qdq_input(x, x2, plan["x"], want)
+        wr, wc, qw = _qdq(weight, plan["w"], want)
+        if xr is None or xc is None:
+            xh = _hp(x2, bf)
+            xr = xh if xr is None else xr
+            xc = xh if xc is None else xc
+        if wr is None or wc is None:
+            wh = _hp(weight, bf)
+            wr = wh if wr is None else wr
+            wc = wh if wc is None else wc
+        y = _mm(xr, wr.t(), odt, bf)
         if bias is not None:
             y = y + bias.to(odt)
         if want:
-            cap["fprop"] = {"a": _rec_operand(x2, qx, True, xr),
-                            "b": _rec_operand(weight, qw, True, wr),
-                            "out": _np(_mm_bf16_f32(xr, wr.t())), "spec": layer.recipe.fprop}
+            cap["autocast"] = str(odt).replace("torch.", "") if ac else None
+            cap["fprop"] = {"a": _rec_operand(x2, _qpart(qx, True), True, xr),
+                            "b": _rec_operand(weight, _qpart(qw, True), True, wr),
+                            "out": _np(_mm_out(xr, wr.t())), "spec": layer.recipe.fprop}
             ctx.cap = (cap, qx, qw, x2.detach(), weight.detach())
         else:
             ctx.cap = None
         ctx.layer = layer
         ctx.plan = plan
-        ctx.autocast = ac and odt == torch.bfloat16
+        ctx.autocast = bf
         ctx.shape = shape
         ctx.x_dtype = x.dtype
         ctx.w_dtype = weight.dtype
@@ -518,6 +604,10 @@ class _MXLinearFastFn(torch.autograd.Function):
         dy2 = dy.reshape(-1, dy.shape[-1])
         want = ctx.cap is not None
         dyr, dyc, qd = _qdq(dy2, ctx.plan["dy"], want)
+        if dyr is None or dyc is None:
+            dh = _hp(dy2, ctx.autocast)
+            dyr = dh if dyr is None else dyr
+            dyc = dh if dyc is None else dyc
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
             dx = _mm(dyr, wc, ctx.x_dtype, ctx.autocast).reshape(ctx.shape)
@@ -528,12 +618,12 @@ class _MXLinearFastFn(torch.autograd.Function):
         if want:
             cap, qx, qw, x2, w = ctx.cap
             r = ctx.layer.recipe
-            cap["dgrad"] = {"a": _rec_operand(dy2, qd, True, dyr),
-                            "b": _rec_operand(w, qw, False, wc),
-                            "out": _np(_mm_bf16_f32(dyr, wc)), "spec": r.dgrad}
-            cap["wgrad"] = {"a": _rec_operand(dy2, qd, False, dyc),
-                            "b": _rec_operand(x2, qx, False, xc),
-                            "out": _np(_mm_bf16_f32(dyc.t(), xc)), "spec": r.wgrad}
+            cap["dgrad"] = {"a": _rec_operand(dy2, _qpart(qd, True), True, dyr),
+                            "b": _rec_operand(w, _qpart(qw, False), False, wc),
+                            "out": _np(_mm_out(dyr, wc)), "spec": r.dgrad}
+            cap["wgrad"] = {"a": _rec_operand(dy2, _qpart(qd, False), False, dyc),
+                            "b": _rec_operand(x2, _qpart(qx, False), False, xc),
+                            "out": _np(_mm_out(dyc.t(), xc)), "spec": r.wgrad}
             cap["complete"] = True
             ctx.layer._capture_done = cap
             ctx.layer._capture = None

@@ -11,7 +11,11 @@ mxref.check_gemm (plain MX operands: the exact product and the a-priori fp32 acc
 bound) or, for the other operand kinds, against the float64 product of the mxref values with
 the standard bound ``(C + 2) u |A| |B|^T`` (u = 2^-24). Operands a backward GEMM re-uses from the
 forward (source "fwd", FP4 activation storage) are checked against the mxref dequantization
-of the forward copy.
+of the forward copy. The fast path (mxlinear.fast_plan) also records the values each GEMM
+multiplied and the forward's autocast state: a quantized operand's values must be mxref's
+dequantization, an unquantized operand's the bf16 cast of its input under bf16 autocast (else
+the fp32 input), in that dtype, bit for bit; a GEMM with an unquantized operand is held to the
+bound on those values.
 
 Cost: one CPU copy of every operand of one layer-step plus mxref's Numba kernels; meant for a
 few layers every few hundred steps.
@@ -111,6 +115,29 @@ def _cmp_values(layer, gemm, operand, fmt, profile, got, exp64, records):
         exp = exp.astype(got.dtype)
     _cmp(layer, gemm, operand, fmt, profile, f"values ({got.dtype})", got, exp, records,
          nan_equal=True)
+
+
+def _check_unquantized(layer, gemm, operand, got, hp: np.ndarray, autocast, records) -> dict:
+    """An unquantized operand of a fast-path GEMM: the values it multiplied must be its
+    high-precision input cast to bf16 (RNE, ml_dtypes) when the forward ran under bf16 autocast,
+    else the fp32 input itself, in that dtype and bit for bit (NaN matches NaN). Returns the
+    expected values for the GEMM output's bound."""
+    import ml_dtypes
+
+    want = "bfloat16" if autocast == "bfloat16" else "float32"
+    exp = np.asarray(hp, dtype=np.float32)
+    if want == "bfloat16":
+        exp = exp.astype(ml_dtypes.bfloat16)
+    got = np.asarray(got)
+    fmt = "bf16" if want == "bfloat16" else "fp32"
+    what = f"unquantized {fmt} values (autocast {autocast})"
+    if got.dtype.name != want:
+        records.append(CheckRecord(layer, gemm, operand, fmt, "cast", int(exp.size),
+                                   int(exp.size), False,
+                                   f"{what}: multiplied as {got.dtype.name}, not {want}", None))
+    else:
+        _cmp(layer, gemm, operand, fmt, "cast", what, got, exp, records, nan_equal=True)
+    return {"values": exp.astype(np.float64)}
 
 
 def _sr_profile(spec: OperandSpec):
@@ -299,6 +326,9 @@ def check_capture(layer, *, gemm_check: str = "mxref") -> list[CheckRecord]:
                 hp = x if signs is None else mxref.rotate(x, n, axis=-1, signs=signs)
                 hps[side] = hp
                 exps[side] = None
+                if r.get("values") is not None:     # the fast path records what it multiplied
+                    exps[side] = _check_unquantized(lname, gemm, opname, r["values"], hp,
+                                                    cap.get("autocast"), records)
                 continue
             e, hp = _expected_operand(x, spec, r, signs, n)
             exps[side], hps[side] = e, hp
