@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Leaderboard records on a lent GPU. Usage: scripts/gpu_leaderboard.sh OUTDIR PART...
-#   kernels  mxref leaderboard run gpu: verify (triton, L0+L1 of the timed ops) + every kernel
-#            timed (3 independent do_bench medians each); ~545 s on a warm H100   <= 575 s
+#   kernels  mxref leaderboard run gpu: verify (triton, L0+L1 of the timed ops, in parallel
+#            worker processes) + every kernel timed in 3 separate processes x 3 do_bench
+#            medians                                                               <= 575 s
 #   profile  scripts/gpu_profile_mxlinear.py: one MXLinear step with the profiler  <= 120 s
 #   train    mxref leaderboard run train: llama-30m bf16 vs the recipes in LB_RECIPES
 #            (default mxfp4-fdw,nvfp4-te), 20 steps of 8192 tokens, in-run validation
 #            every 10                                                             <= 420 s
-#   step     bench/train_step.py: llama-125m seq 1024, bf16 vs mxfp4-fdw (fast path) and
-#            mxfp4-fdw on the generic path                                         <= 240 s
+#   step     bench/train_step.py: llama-125m seq 1024, bf16 vs STEP_RECIPES (default mxfp4-fdw,
+#            fast path) and STEP_GENERIC (default mxfp4-fdw) on the generic path   <= 300 s
 #   qdq      scripts/gpu_qdq_check.py: fake-quantization kernel bits + capture + timing <= 150 s
 #   pstep    scripts/gpu_profile_step.py: one llama-125m step per recipe, profiled  <= 200 s
 # Pass MXREF_COMMIT as the literal hash from your checkout (MXREF_COMMIT=<40 hex>): the device's
@@ -28,15 +29,15 @@ nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader |
 for p in "$@"; do
   case $p in
     kernels) part kernels 575 python3 -m mxref.cli leaderboard run gpu --out "$OUT/lb" \
-               --size 8192 --repeats 3 ;;
+               --size 8192 --repeats 3 --processes 3 ;;
     profile) part profile 120 python3 scripts/gpu_profile_mxlinear.py ;;
     train)   part train 420 python3 -m mxref.cli leaderboard run train --out "$OUT/lb" \
                --device cuda --model llama-30m --recipes "${LB_RECIPES:-mxfp4-fdw,nvfp4-te}" \
                --tokens 163840 \
                --seq-len 512 --batch-size 16 --validate-every 10 --threads 0 ;;
-    step)    part step 240 python3 bench/train_step.py --model llama-125m --seq-len 1024 \
-               --batch-size 16 --recipes bf16,mxfp4-fdw --generic mxfp4-fdw --steps 8 \
-               --warmup 2 --out "$OUT/step" ;;
+    step)    part step 300 python3 bench/train_step.py --model llama-125m --seq-len 1024 \
+               --batch-size 16 --recipes "${STEP_RECIPES:-bf16,mxfp4-fdw}" \
+               --generic "${STEP_GENERIC:-mxfp4-fdw}" --steps 8 --warmup 2 --out "$OUT/step" ;;
     qdq)     part qdq 150 python3 scripts/gpu_qdq_check.py "$OUT/qdq" ;;
     pstep)   part pstep 200 python3 scripts/gpu_profile_step.py ;;
     *) echo "unknown part $p" >&2; fails=$((fails + 1)) ;;
