@@ -8,7 +8,10 @@ does; training_anchors pitfall 8). ``gemm="block_sequential"`` calls torch.ops.m
 
 Backends: "torch" (mxkernels.torch_emu, any device), "triton" (torch.ops.mxkernels.*, CUDA; the
 CPU interpreter works but is slow), "auto" (triton for CUDA tensors, else torch). Both are
-bit-exact with mxref; the block Hadamard is a torch butterfly bit-exact with mxref.rotate.
+bit-exact with mxref; the block Hadamard is a torch butterfly (torch backend) or one
+``triton_rotate.rotate`` launch (triton backend), both bit-exact with mxref.rotate. On the triton
+backend stochastic rounding (MX and NVFP4) draws its words from the kernels' in-kernel Philox
+stream, the same words mxref.random_bits gives (the torch backend builds them on the host).
 
 ``weight`` and ``bias`` are ordinary Parameters. ``step`` (set by :func:`set_step`) and
 ``layer_id`` (set by :func:`swap_linears`) seed the random Hadamard signs and the SR streams:
@@ -160,14 +163,19 @@ def _np(t):
 
 
 def _operand(ctx: _Ctx, gemm: str, side: str, t: torch.Tensor, spec: OperandSpec,
-             signs_t: torch.Tensor | None, n: int, rec: dict | None):
+             signs_t: torch.Tensor | None, n: int, rec: dict | None, signs=None):
     """Rotate (if the GEMM rotates) and quantize one operand; returns (QOperand or None, hp
-    tensor fed to the GEMM when unquantized)."""
+    tensor fed to the GEMM when unquantized). ``signs``: the host (numpy) copy of signs_t,
+    which the triton backend's rotation kernel takes."""
     t = t.to(torch.float32).contiguous()
     if rec is not None:
         rec["input"] = _np(t)
     if signs_t is not None:
-        t = Q.rotate(t, n, signs_t)
+        with Q._section(t.device):          # the quant timer counts the rotation too
+            if ctx.backend == "triton":
+                t = Q.rotate(t, n, signs, backend="triton")
+            else:
+                t = Q.rotate(t, n, signs_t)
     if spec.fmt is None:
         return None, t
     seed = ctx.sr_seed(gemm, side) if spec.rounding == "sr" else None
@@ -198,9 +206,9 @@ def run_gemm(ctx: _Ctx, gemm: str, a: torch.Tensor, b: torch.Tensor,
             rec["signs"] = signs.copy()
             rec["hadamard_n"] = g.hadamard_n
     qa, ta = _operand(ctx, gemm, "a", a, g.a, signs_t, g.hadamard_n,
-                      None if rec is None else rec["a"])
+                      None if rec is None else rec["a"], signs)
     qb, tb = _operand(ctx, gemm, "b", b, g.b, signs_t, g.hadamard_n,
-                      None if rec is None else rec["b"])
+                      None if rec is None else rec["b"], signs)
     if fwd is not None:
         fwd.update(qa=qa, qb=qb, ta=ta, tb=tb, signs_t=signs_t)
     if g.gemm == "block_sequential":

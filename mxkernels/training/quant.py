@@ -5,10 +5,13 @@ contraction axis) and returns a :class:`QOperand`: the values the GEMM multiplie
 in-run validation needs to recompute them with mxref (codes, scales, scale extras).
 
 Bit-exactness: the MX / NVFP4 quantizers are :mod:`mxkernels.torch_emu` (``backend="torch"``)
-or ``torch.ops.mxkernels.*`` (``backend="triton"``), both bit-exact with mxref. The block
-Hadamard (:func:`rotate`) is the butterfly of ``mxref.rotate(method="butterfly")`` written in
-torch fp32 ops in the same order (each add / multiply one IEEE RNE operation, no FMA), so it is
-bit-exact on CPU and on CUDA (torch does not flush subnormals unless asked to). The corrections
+or ``torch.ops.mxkernels.*`` (``backend="triton"``: quantize_mx / quantize_nvfp4, and for
+stochastic rounding quantize_sr / quantize_nvfp4_sr with the seeded in-kernel Philox stream, the
+words of :func:`sr_bits`), both bit-exact with mxref. The block Hadamard (:func:`rotate`) is the
+butterfly of ``mxref.rotate(method="butterfly")`` written in torch fp32 ops in the same order
+(each add / multiply one IEEE RNE operation, no FMA), so it is bit-exact on CPU and on CUDA
+(torch does not flush subnormals unless asked to); on the triton backend it is one
+``triton_rotate.rotate`` launch (the same contract). The corrections
 (macro-block scaling, outlier fallback, vector-wise scaling) are torch re-implementations of
 mxref.corrections / the E2M1 grid, checked against mxref by :mod:`.validate`.
 """
@@ -159,13 +162,40 @@ def _butterfly(t: torch.Tensor, n: int) -> torch.Tensor:
     return rows
 
 
-def rotate(t: torch.Tensor, n: int, signs: torch.Tensor) -> torch.Tensor:
+def rotate(t: torch.Tensor, n: int, signs, backend: str = "torch") -> torch.Tensor:
     """``mxref.rotate(t, n, axis=-1, signs=signs)`` (butterfly, fp32) bit-exactly: fp32 [R, C],
-    C a multiple of n; signs an fp32 tensor of +-1 of length n."""
+    C a multiple of n. ``backend="torch"``: signs an fp32 tensor of +-1 of length n on t's
+    device, torch ops; ``"triton"``: signs +-1 of length n (a numpy array or CPU tensor: the
+    launcher checks it on the host, no device sync), one launch of
+    ``triton_rotate.rotate`` (the same butterfly contract; interpreted for CPU tensors)."""
+    if backend == "triton":
+        return _triton_rotate(t.device).rotate(t.to(torch.float32).contiguous(), n,
+                                               signs=_host_signs(signs))
     t = t.to(torch.float32)
     v = (t.reshape(-1, n) * signs)                   # exact sign flips
     out = _butterfly(v, n) * _inv_sqrt_n(n)
     return out.reshape(t.shape)
+
+
+_ROT: dict = {}
+
+
+def _triton_rotate(device: torch.device):
+    """The triton_rotate module for ``device`` (compiled, or interpreted for CPU tensors)."""
+    mod = _ROT.get(device.type)
+    if mod is None:
+        from mxkernels.ops import kernels
+        mod = _ROT[device.type] = kernels(device).modules["triton_rotate"]
+    return mod
+
+
+def _host_signs(signs):
+    if isinstance(signs, torch.Tensor):
+        if signs.device.type != "cpu":
+            raise TypeError("rotate(backend='triton') takes the signs on the host (numpy or a "
+                            "CPU tensor), not on " + str(signs.device))
+        return signs
+    return torch.from_numpy(np.asarray(signs).astype(np.int8))
 
 
 def unrotate(y: torch.Tensor, n: int, signs: torch.Tensor) -> torch.Tensor:
@@ -235,13 +265,21 @@ def _mx_block(t, spec, backend, sr_seed, fmt=None, prof=None):
     prof = prof or _profile(spec)
     f = get_format(fmt)
     if f.is_nvfp4:
-        rb = sr_bits(t.shape, sr_seed, t.device) if prof.rounding == "stochastic" else None
-        if backend == "triton" and rb is None:
-            s, c, ts = torch.ops.mxkernels.quantize_nvfp4(t.unsqueeze(0).contiguous(),
-                                                          prof.name)
+        sr = prof.rounding == "stochastic"
+        if backend == "triton":
+            x1 = t.unsqueeze(0).contiguous()            # one tensor: [1, R, C]
+            if sr:
+                # the in-kernel Philox stream: element i of t (C order) takes word i of
+                # mxref.random_bits(t.shape, sr_seed, 0), the words sr_bits would build on
+                # the host and the in-run validation regenerates (as quantize_sr for MX)
+                s, c, ts = torch.ops.mxkernels.quantize_nvfp4_sr(x1, spec.profile,
+                                                                 int(sr_seed), 0)
+            else:
+                s, c, ts = torch.ops.mxkernels.quantize_nvfp4(x1, prof.name)
             ts = ts.reshape(()).to(torch.float32)
             s, c = s.reshape(s.shape[1:]), c.reshape(c.shape[1:])
         else:
+            rb = sr_bits(t.shape, sr_seed, t.device) if sr else None
             s, c, tsb = te.quantize_nvfp4(t, profile=prof, rand_bits=rb)
             ts = tsb.view(torch.float32).reshape(())
         if backend == "triton":
