@@ -434,16 +434,9 @@ def _fast_plan(recipe) -> dict | None:
             "dy": (q(recipe.dgrad.a), q(recipe.wgrad.a))}
 
 
-_TF: dict = {}
-
-
 def _triton_fast(device: torch.device):
     """The triton_fast module for ``device`` (compiled, or interpreted for CPU tensors)."""
-    mod = _TF.get(device.type)
-    if mod is None:
-        from mxkernels.ops import kernels
-        mod = _TF[device.type] = kernels(device).modules["triton_fast"]
-    return mod
+    return Q.triton_module("triton_fast", device)
 
 
 def _qdq(t: torch.Tensor, specs, want_q: bool):

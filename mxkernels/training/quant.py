@@ -177,16 +177,22 @@ def rotate(t: torch.Tensor, n: int, signs, backend: str = "torch") -> torch.Tens
     return out.reshape(t.shape)
 
 
-_ROT: dict = {}
+_MODS: dict = {}
+
+
+def triton_module(name: str, device: torch.device):
+    """The kernel module ``mxkernels.<name>`` for tensors on ``device`` (compiled, or the
+    interpreted copy for CPU tensors), looked up once per (name, device type)."""
+    key = (name, device.type)
+    mod = _MODS.get(key)
+    if mod is None:
+        from mxkernels.ops import kernels
+        mod = _MODS[key] = kernels(device).modules[name]
+    return mod
 
 
 def _triton_rotate(device: torch.device):
-    """The triton_rotate module for ``device`` (compiled, or interpreted for CPU tensors)."""
-    mod = _ROT.get(device.type)
-    if mod is None:
-        from mxkernels.ops import kernels
-        mod = _ROT[device.type] = kernels(device).modules["triton_rotate"]
-    return mod
+    return triton_module("triton_rotate", device)
 
 
 def _host_signs(signs):
