@@ -1,6 +1,7 @@
 """nvfp4-te on the triton backend: NVFP4 stochastic rounding through
 ``torch.ops.mxkernels.quantize_nvfp4_sr`` (the seeded in-kernel Philox stream) and the Wgrad
-16-point Hadamard through ``triton_rotate.rotate``, run by the Triton interpreter on CPU.
+16-point Hadamard through ``triton_rotate.rotate`` (``quantize_rotated``, fused, for the RNE
+operand x^T), run by the Triton interpreter on CPU.
 
 Expected values come from mxref (Numba: mxref.quantize with the same seed or with the words of
 mxref.random_bits, mxref.rotate), never from mxkernels.training; the in-run validation must pass
@@ -104,6 +105,28 @@ def test_triton_rotation_equals_mxref_rotate():
         assert np.array_equal(tor.numpy().view(np.uint32), want.view(np.uint32))
 
 
+def test_fused_rotate_quantize_equals_mxref():
+    """The fused Wgrad x^T path (plain NVFP4 RNE: rotate + quantize in one kernel) against
+    mxref.quantize(mxref.rotate(x)): codes, scales, tensor scale, GEMM values; SR and
+    corrected specs are refused (typed)."""
+    x = _data((6, 64), 8)
+    signs = sign_vector("te16", 16)
+    spec = OperandSpec(fmt="nvfp4", profile="te_nvfp4")
+    assert Q.fused_rotation_ok(spec) and not Q.fused_rotation_ok(NV_SR)
+    ref = mxref.quantize(mxref.rotate(x, 16, axis=-1, signs=signs), "nvfp4", "te_nvfp4",
+                         axis=-1)
+    q = Q.quantize_rotated_operand(torch.from_numpy(x), spec, 16, signs)
+    assert np.array_equal(_u8(q.codes), ref.codes)
+    assert np.array_equal(_u8(q.scales), ref.scales)
+    assert np.float32(q.tensor_scale).view(np.uint32) == \
+        np.float32(ref.tensor_scale).view(np.uint32)
+    unit = mxref.dequantize(codes=ref.codes, scales=ref.scales, fmt="nvfp4", axis=-1,
+                            tensor_scale=np.float32(1.0)).astype(np.float32)
+    assert np.array_equal(q.values.numpy().view(np.uint32), unit.view(np.uint32))
+    with pytest.raises(ValueError):
+        Q.quantize_rotated_operand(torch.from_numpy(x), NV_SR, 16, signs)
+
+
 def test_triton_rotation_refuses_device_signs_and_bad_signs():
     x = torch.zeros(2, 16)
     with pytest.raises(TypeError):
@@ -134,13 +157,19 @@ def test_nvfp4_te_layer_on_triton_runs_no_torch_emulation(monkeypatch):
     """Every nvfp4-te operand on the triton backend comes from the Triton ops: torch_emu's
     NVFP4 quantizer and the torch butterfly are never called (planted to raise), and the
     in-run validation passes on all six operands and three GEMM outputs, the two SR
-    operands (dgrad dy, wgrad dy^T) and the rotated Wgrad pair included."""
+    operands (dgrad dy, wgrad dy^T) and the rotated Wgrad pair included (dy^T rotated, then SR-quantized; x^T rotated and
+    quantized by one fused kernel)."""
     def boom(*a, **k):
         raise AssertionError("torch emulation on the triton backend")
     monkeypatch.setattr(torch_emu, "quantize_nvfp4", boom)
     monkeypatch.setattr(Q, "_butterfly", boom)
     monkeypatch.setattr(Q, "sr_bits", boom)
+    fused = []
+    real_fused = Q.quantize_rotated_operand
+    monkeypatch.setattr(Q, "quantize_rotated_operand",
+                        lambda *a, **k: fused.append(a[1]) or real_fused(*a, **k))
     m = _layer_run()
+    assert [sp.rounding for sp in fused] == ["rne"]          # wgrad x^T: rotate + quantize
     cap = m._capture_done
     assert cap["wgrad"]["hadamard_n"] == 16 and "signs" in cap["wgrad"]
     assert cap["dgrad"]["a"]["sr_seed"] is not None and cap["wgrad"]["a"]["sr_seed"] is not None

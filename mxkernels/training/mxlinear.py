@@ -9,7 +9,8 @@ does; training_anchors pitfall 8). ``gemm="block_sequential"`` calls torch.ops.m
 Backends: "torch" (mxkernels.torch_emu, any device), "triton" (torch.ops.mxkernels.*, CUDA; the
 CPU interpreter works but is slow), "auto" (triton for CUDA tensors, else torch). Both are
 bit-exact with mxref; the block Hadamard is a torch butterfly (torch backend) or one
-``triton_rotate.rotate`` launch (triton backend), both bit-exact with mxref.rotate. On the triton
+``triton_rotate.rotate`` launch (triton backend; a plain NVFP4 RNE operand is rotated and
+quantized by one ``triton_rotate.quantize_rotated``), all bit-exact with mxref.rotate. On the triton
 backend stochastic rounding (MX and NVFP4) draws its words from the kernels' in-kernel Philox
 stream, the same words mxref.random_bits gives (the torch backend builds them on the host).
 
@@ -170,6 +171,12 @@ def _operand(ctx: _Ctx, gemm: str, side: str, t: torch.Tensor, spec: OperandSpec
     t = t.to(torch.float32).contiguous()
     if rec is not None:
         rec["input"] = _np(t)
+    if signs_t is not None and ctx.backend == "triton" and Q.fused_rotation_ok(spec):
+        # one kernel rotates and quantizes (the rotated operand is not needed: quantized)
+        q = Q.quantize_rotated_operand(t, spec, n, signs)
+        if rec is not None:
+            _record(rec, q, None)
+        return q, None
     if signs_t is not None:
         with Q._section(t.device):          # the quant timer counts the rotation too
             if ctx.backend == "triton":
@@ -181,12 +188,17 @@ def _operand(ctx: _Ctx, gemm: str, side: str, t: torch.Tensor, spec: OperandSpec
     seed = ctx.sr_seed(gemm, side) if spec.rounding == "sr" else None
     q = Q.quantize_operand(t, spec, ctx.backend, sr_seed=seed)
     if rec is not None:
-        rec.update(sr_seed=seed, scales=_np(q.scales), codes=_np(q.codes),
-                   tensor_scale=None if q.tensor_scale is None else float(q.tensor_scale),
-                   row_scale=_np(q.row_scale),
-                   extra={k: (_np(v) if isinstance(v, torch.Tensor) else v)
-                          for k, v in q.extra.items()})
+        _record(rec, q, seed)
     return q, t
+
+
+def _record(rec: dict, q, seed) -> None:
+    """What the in-run validation needs of one quantized operand."""
+    rec.update(sr_seed=seed, scales=_np(q.scales), codes=_np(q.codes),
+               tensor_scale=None if q.tensor_scale is None else float(q.tensor_scale),
+               row_scale=_np(q.row_scale),
+               extra={k: (_np(v) if isinstance(v, torch.Tensor) else v)
+                      for k, v in q.extra.items()})
 
 
 def run_gemm(ctx: _Ctx, gemm: str, a: torch.Tensor, b: torch.Tensor,

@@ -30,7 +30,8 @@ from mxref.profiles import get_profile
 
 from .recipes import OperandSpec
 
-__all__ = ["QOperand", "quantize_operand", "rotate", "unrotate", "sr_bits", "QuantTimer",
+__all__ = ["QOperand", "quantize_operand", "quantize_rotated_operand", "fused_rotation_ok",
+           "rotate", "unrotate", "sr_bits", "QuantTimer",
            "quant_timer", "active_timer", "hadamard_signs", "mix_seed", "bf16_exact"]
 
 _I64 = torch.int64
@@ -429,6 +430,31 @@ def _occ_bounds(t: torch.Tensor, q: float):
     khi = min(n, max(1, int(np.ceil(q * n))))
     klo = max(1, n - khi + 1)
     return flat.kthvalue(klo).values, flat.kthvalue(khi).values
+
+
+def fused_rotation_ok(spec: OperandSpec) -> bool:
+    """Whether the triton backend rotates and quantizes ``spec`` in one kernel
+    (:func:`quantize_rotated_operand`): a plain NVFP4 operand with RNE (no SR: there is no
+    fused rotate + SR kernel; no clamping, outlier fallback, macro or vector scaling)."""
+    return spec.fmt is not None and get_format(spec.fmt).is_nvfp4 and \
+        spec.rounding != "sr" and spec.scaling == "block" and spec.macro is None and \
+        spec.outlier is None and spec.clamp_quantile is None
+
+
+def quantize_rotated_operand(t: torch.Tensor, spec: OperandSpec, n: int, signs) -> QOperand:
+    """``quantize_operand(rotate(t, n, signs), spec, "triton")`` bit for bit, for a spec that
+    :func:`fused_rotation_ok` accepts: ``triton_rotate.quantize_rotated`` (the rotated tensor's
+    amax, then rotate + quantize again in registers: the rotated fp32 tensor is never
+    written). signs: +-1 of length n on the host, as :func:`rotate` takes them."""
+    if not fused_rotation_ok(spec):
+        raise ValueError(f"quantize_rotated_operand takes plain NVFP4 RNE operands, not {spec}")
+    with _section(t.device):
+        x1 = t.to(torch.float32).contiguous().unsqueeze(0)      # one tensor: [1, R, C]
+        s, c, ts = _triton_rotate(t.device).quantize_rotated(x1, "nvfp4", spec.profile, n,
+                                                             signs=_host_signs(signs))
+        s, c = s.reshape(s.shape[1:]), c.reshape(c.shape[1:])
+        v = nvfp4_values(s, c)
+        return QOperand(v, s, c, ts.reshape(()).to(torch.float32), None, {}, bf16_exact(spec))
 
 
 def quantize_operand(t: torch.Tensor, spec: OperandSpec, backend: str, *, sr_seed: int | None = 0
