@@ -7,8 +7,6 @@ Expected values come from mxref (Numba: mxref.quantize with the same seed or wit
 mxref.random_bits, mxref.rotate), never from mxkernels.training; the in-run validation must pass
 on the real path and fail on planted bugs (a stream one word off, a wrong seed, a wrong sign).
 """
-import dataclasses
-
 import numpy as np
 import pytest
 import torch
@@ -157,8 +155,8 @@ def test_nvfp4_te_layer_on_triton_runs_no_torch_emulation(monkeypatch):
     """Every nvfp4-te operand on the triton backend comes from the Triton ops: torch_emu's
     NVFP4 quantizer and the torch butterfly are never called (planted to raise), and the
     in-run validation passes on all six operands and three GEMM outputs, the two SR
-    operands (dgrad dy, wgrad dy^T) and the rotated Wgrad pair included (dy^T rotated, then SR-quantized; x^T rotated and
-    quantized by one fused kernel)."""
+    operands (dgrad dy, wgrad dy^T) and the rotated Wgrad pair included (dy^T rotated, then
+    SR-quantized; x^T rotated and quantized by one fused kernel)."""
     def boom(*a, **k):
         raise AssertionError("torch emulation on the triton backend")
     monkeypatch.setattr(torch_emu, "quantize_nvfp4", boom)
