@@ -5,9 +5,9 @@
 #        scripts/gpu_reproduce.sh "$OUT" --only-needed \
 #          bench/results/leaderboard/records/gpu-kernels/nvidia-h100-80gb-hbm3/dual-*.json
 # Runs `mxref leaderboard reproduce --json` over the records: each distinct recorded command runs
-# once (the 32 committed H100 kernel records are one `leaderboard run gpu`, ~545 s on a warm H100,
-# of which the verify is ~430-480 s: on a freshly started machine a full one may not fit 600 s;
-# with --only-needed it times only the kernels named, after the full verify). Options before the
+# once (the 34 committed H100 kernel records are one `leaderboard run gpu`: 562 s on a freshly
+# started H100, verify in parallel workers plus three timing processes; with --only-needed it
+# times only the kernels named, after the full verify). Options before the
 # records go to reproduce (--only-needed, --slack X). Writes, directly under OUTDIR:
 #   gpu.txt          the GPU (nvidia-smi)
 #   reproduce.json   the verdicts: rows (one per record), runs (one per command), summary, exit
