@@ -335,6 +335,8 @@ def test_run_gpu_records_its_kernel_filter(monkeypatch):
     assert seen[0]["kernels"] == ("k 1", "k2")
     assert seen[0]["command"] == ["python3", "-m", "mxref.cli", "leaderboard", "run", "gpu",
                                   "--out", "O", "--size", "8192", "--repeats", "3", "--level",
-                                  "0", "--level", "1", "--kernel", "k 1", "--kernel", "k2"]
+                                  "0", "--level", "1", "--kernel", "k 1", "--kernel", "k2",
+                                  "--processes", "3"]
+    assert seen[0]["processes"] == 3 and seen[0]["jobs"] >= 1
     CliRunner().invoke(main, ["leaderboard", "run", "gpu", "--out", "O"])
     assert "--kernel" not in seen[1]["command"] and seen[1]["kernels"] == ()
