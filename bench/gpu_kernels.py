@@ -83,6 +83,18 @@ def activations(rows, cols, seed, dtype=torch.bfloat16):
     return x.to(dtype)
 
 
+def nvfp4_same(out, ref):
+    """(ok, why): a [1, R, C] NVFP4 kernel result (scales, codes, tensor scale) against mxref's,
+    bit for bit."""
+    s, c, ts = out
+    ds = int((s[0].cpu().numpy() != ref.scales).sum())
+    dc = int((c[0].cpu().numpy() != ref.codes).sum())
+    dt = int(np.float32(ts.cpu().numpy()[0]).view(np.uint32) !=
+             np.float32(ref.tensor_scale).view(np.uint32))
+    return ds == 0 and dc == 0 and dt == 0, \
+        f"{ds} scale, {dc} code and {dt} tensor-scale mismatches"
+
+
 class Run:
     def __init__(self, size, quick, kernels=(), cache=None):
         self.size = size
@@ -235,14 +247,7 @@ class Run:
                 return ks.nvfp4_quantize(x.unsqueeze(0), profile)
 
             def check_nv(profile=profile, run_nv=run_nv):
-                s, c, ts = run_nv()
-                r = mxref.quantize(xc, "nvfp4", profile)
-                ds = int((s[0].cpu().numpy() != r.scales).sum())
-                dc = int((c[0].cpu().numpy() != r.codes).sum())
-                dt = int(np.float32(ts.cpu().numpy()[0]).view(np.uint32) !=
-                         np.float32(r.tensor_scale).view(np.uint32))
-                return ds == 0 and dc == 0 and dt == 0, \
-                    f"{ds} scale, {dc} code and {dt} tensor-scale mismatches"
+                return nvfp4_same(run_nv(), mxref.quantize(xc, "nvfp4", profile))
             self.membound(f"NVFP4 quantize bf16->nvfp4 {profile} (unpacked)", run_nv,
                           2 * N + N + N / 16, check_nv,
                           meta=dict(op="quantize_nvfp4", format="nvfp4", profile=profile,
@@ -287,14 +292,8 @@ class Run:
                 return sr.quantize_nvfp4_sr(x.unsqueeze(0), "ocp", seed=1234)
 
             def check_nv_sr():
-                s, c, ts = run_nv_sr()
-                r = mxref.quantize(xc, "nvfp4", sr_profile("ocp"), seed=1234, rng_offset=0)
-                ds = int((s[0].cpu().numpy() != r.scales).sum())
-                dc = int((c[0].cpu().numpy() != r.codes).sum())
-                dt = int(np.float32(ts.cpu().numpy()[0]).view(np.uint32) !=
-                         np.float32(r.tensor_scale).view(np.uint32))
-                return ds == 0 and dc == 0 and dt == 0, \
-                    f"{ds} scale, {dc} code and {dt} tensor-scale mismatches"
+                return nvfp4_same(run_nv_sr(), mxref.quantize(
+                    xc, "nvfp4", sr_profile("ocp"), seed=1234, rng_offset=0))
             self.membound("NVFP4 SR quantize bf16->nvfp4 ocp (in-kernel Philox, unpacked)",
                           run_nv_sr, 2 * N + N + N / 16, check_nv_sr, group="sr",
                           meta=dict(op="quantize_nvfp4_sr", format="nvfp4", profile="ocp",

@@ -140,17 +140,22 @@ _UNQ = {"mxfp4-f": {("dgrad", "dy"), ("dgrad", "W^T"), ("wgrad", "dy^T"), ("wgra
         "mxfp4-fd": {("wgrad", "dy^T"), ("wgrad", "x^T")}, "mxfp4-fdw": set()}
 
 
-@pytest.mark.parametrize("recipe", ["mxfp4-f", "mxfp4-fd", "mxfp4-fdw"])
-@pytest.mark.parametrize("autocast", [False, True])
-def test_fast_path_capture_passes_against_mxref_and_records_the_values(recipe, autocast):
-    m = _pair(recipe)
+def _captured_checks(m, autocast):
+    """One captured forward and backward of layer `m` (bf16 autocast or not), checked."""
     capture_next(m)
     x0 = torch.randn(48, 64)
     if autocast:
         _autocast_fwd_bwd(m, x0)
     else:
         _fwd_bwd(m, x0)
-    recs = check_capture(m, gemm_check="bound")
+    return check_capture(m, gemm_check="bound")
+
+
+@pytest.mark.parametrize("recipe", ["mxfp4-f", "mxfp4-fd", "mxfp4-fdw"])
+@pytest.mark.parametrize("autocast", [False, True])
+def test_fast_path_capture_passes_against_mxref_and_records_the_values(recipe, autocast):
+    m = _pair(recipe)
+    recs = _captured_checks(m, autocast)
     assert len(recs) == 9 and all(r.ok for r in recs), [r for r in recs if not r.ok]
     ops = [r for r in recs if r.operand != "out"]
     assert all("values" in r.detail for r in ops), [r.detail for r in ops]
@@ -197,13 +202,7 @@ def test_validation_fails_on_a_wrongly_handled_unquantized_operand(monkeypatch, 
                                                                    says):
     monkeypatch.setattr(M, "_hp", bug)
     m = _pair("mxfp4-f")
-    capture_next(m)
-    x0 = torch.randn(48, 64)
-    if autocast:
-        _autocast_fwd_bwd(m, x0)
-    else:
-        _fwd_bwd(m, x0)
-    recs = check_capture(m, gemm_check="bound")
+    recs = _captured_checks(m, autocast)
     bad = {(r.gemm, r.operand) for r in recs if not r.ok and r.operand != "out"}
     assert bad == _UNQ["mxfp4-f"], [r for r in recs if not r.ok]
     assert all(says in r.detail for r in recs if not r.ok and r.operand != "out")
