@@ -43,6 +43,18 @@ def _ops():
 
 
 # ---- (b) the quantizer: same codes / scales as mxref for the same words -----------------------
+
+def _assert_operand_is(q, ref):
+    """A QOperand equals mxref's NVFP4 result bit for bit: codes, scales, tensor scale, and the
+    GEMM values (e2m1 x e4m3, the tensor scale left for the epilogue)."""
+    assert np.array_equal(_u8(q.codes), ref.codes)
+    assert np.array_equal(_u8(q.scales), ref.scales)
+    assert np.float32(q.tensor_scale).view(np.uint32) == \
+        np.float32(ref.tensor_scale).view(np.uint32)
+    unit = mxref.dequantize(codes=ref.codes, scales=ref.scales, fmt="nvfp4", axis=-1,
+                            tensor_scale=np.float32(1.0)).astype(np.float32)
+    assert np.array_equal(q.values.numpy().view(np.uint32), unit.view(np.uint32))
+
 @pytest.mark.parametrize("shape,seed", [((8, 64), 12345), ((5, 40), 2**62 + 977)])
 def test_triton_nvfp4_sr_operand_equals_mxref_for_the_same_words(shape, seed):
     """quantize_operand(backend='triton') on an SR NVFP4 spec against mxref.quantize with the
@@ -54,14 +66,7 @@ def test_triton_nvfp4_sr_operand_equals_mxref_for_the_same_words(shape, seed):
     ref_s = mxref.quantize(x, "nvfp4", SR_PROFILE, axis=-1, seed=seed)
     assert np.array_equal(ref_w.codes, ref_s.codes)          # the stream is the words
     q = Q.quantize_operand(torch.from_numpy(x), NV_SR, "triton", sr_seed=seed)
-    assert np.array_equal(_u8(q.codes), ref_w.codes)
-    assert np.array_equal(_u8(q.scales), ref_w.scales)
-    assert np.float32(q.tensor_scale).view(np.uint32) == \
-        np.float32(ref_w.tensor_scale).view(np.uint32)
-    # the GEMM values: e2m1 x e4m3 with the tensor scale left for the epilogue
-    unit = mxref.dequantize(codes=ref_w.codes, scales=ref_w.scales, fmt="nvfp4", axis=-1,
-                            tensor_scale=np.float32(1.0)).astype(np.float32)
-    assert np.array_equal(q.values.numpy().view(np.uint32), unit.view(np.uint32))
+    _assert_operand_is(q, ref_w)
 
 
 def test_sr_actually_uses_the_words():
@@ -114,13 +119,7 @@ def test_fused_rotate_quantize_equals_mxref():
     ref = mxref.quantize(mxref.rotate(x, 16, axis=-1, signs=signs), "nvfp4", "te_nvfp4",
                          axis=-1)
     q = Q.quantize_rotated_operand(torch.from_numpy(x), spec, 16, signs)
-    assert np.array_equal(_u8(q.codes), ref.codes)
-    assert np.array_equal(_u8(q.scales), ref.scales)
-    assert np.float32(q.tensor_scale).view(np.uint32) == \
-        np.float32(ref.tensor_scale).view(np.uint32)
-    unit = mxref.dequantize(codes=ref.codes, scales=ref.scales, fmt="nvfp4", axis=-1,
-                            tensor_scale=np.float32(1.0)).astype(np.float32)
-    assert np.array_equal(q.values.numpy().view(np.uint32), unit.view(np.uint32))
+    _assert_operand_is(q, ref)
     with pytest.raises(ValueError):
         Q.quantize_rotated_operand(torch.from_numpy(x), NV_SR, 16, signs)
 

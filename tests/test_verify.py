@@ -225,13 +225,17 @@ def test_cli_golden_integrity_exit_3(tmp_path):
 
 
 # ---- expectations: xfail, xpass, strict ---------------------------------------------------
+# SwappedNibbles' known deviation (mxfp4 L3) plus a stale entry that now passes (an xpass)
+PACK_EXPECTATIONS = ('backend = "planted"\n'
+                     '[[deviation]]\nop = "pack"\nformat = "mxfp4"\nclass = "L3"\n'
+                     'reason = "nibble order"\nlink = "https://example.invalid/1"\n'
+                     '[[deviation]]\nop = "pack"\nformat = "mxfp8_e4m3"\n'
+                     'reason = "stale entry"\nlink = "https://example.invalid/2"\n')
+
+
 def test_expectations_xfail_and_xpass(tmp_path):
     f = tmp_path / "exp.toml"
-    f.write_text('backend = "planted"\n'
-                 '[[deviation]]\nop = "pack"\nformat = "mxfp4"\nclass = "L3"\n'
-                 'reason = "nibble order"\nlink = "https://example.invalid/1"\n'
-                 '[[deviation]]\nop = "pack"\nformat = "mxfp8_e4m3"\n'
-                 'reason = "stale entry"\nlink = "https://example.invalid/2"\n')
+    f.write_text(PACK_EXPECTATIONS)
     exp = load_expectations(f)
     rep = verify(SwappedNibbles(), ops=["pack"], expectations=exp)
     s = rep.doc["summary"]

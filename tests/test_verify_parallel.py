@@ -17,6 +17,8 @@ from mxref.verify.expectations import load_expectations
 from mxref.verify.parallel import VerifyWorkerError, verify_parallel
 from mxref.verify.run import merge_reports, shard_of
 
+from test_verify import PACK_EXPECTATIONS
+
 ROOT = default_golden_root()
 
 
@@ -69,11 +71,7 @@ def test_merge_equals_one_process_with_mismatches_and_truncation(n):
 
 def test_merge_equals_one_process_with_expectations(tmp_path):
     f = tmp_path / "exp.toml"
-    f.write_text('backend = "planted"\n'
-                 '[[deviation]]\nop = "pack"\nformat = "mxfp4"\nclass = "L3"\n'
-                 'reason = "nibble order"\nlink = "https://example.invalid/1"\n'
-                 '[[deviation]]\nop = "pack"\nformat = "mxfp8_e4m3"\n'
-                 'reason = "stale entry"\nlink = "https://example.invalid/2"\n')
+    f.write_text(PACK_EXPECTATIONS)
     for strict in (False, True):
         kw = dict(ops=["pack"], expectations=load_expectations(f), strict_xpass=strict)
         one = verify(SwappedNibbles(), **kw).doc
