@@ -3,14 +3,19 @@
     python scripts/ddp_compare.py RUNS_DIR --out OUT [--step-rtol 0.01] [--tail-atol 0.01]
 
 RUNS_DIR holds, per recipe R, ``R-single`` (one GPU), ``R-rerun`` (the same command again on
-the other GPU: the run-to-run noise of one GPU) and ``R-ddp`` (torchrun, 2 GPUs, the same global
-batch). For each recipe it reports, for single vs rerun and single vs ddp: the largest relative
+the other GPU: the run-to-run noise of one GPU), ``R-accum2`` (one GPU, ``--grad-accum 2``: the
+micro-batch shapes and per-slice statistics a rank of two sees, summed on one GPU) and ``R-ddp``
+(torchrun, 2 GPUs, the same global batch). For each recipe it reports, for single vs each other
+run and for accum2 vs ddp: the largest relative
 per-step loss difference over the first ``--early`` steps and over all steps, the difference of
 the tail-mean training loss (last 20% of steps), and each run's median step time and tokens/s
 (step 0, steps that captured operands and steps that timed the quantizers excluded).
 
-Verdict per recipe (stated before the runs): the DDP run matches when its early steps are within
-``--step-rtol`` relative and its tail-mean loss within ``--tail-atol`` nats of the single run.
+Verdict per recipe: the DDP run matches when its early steps are within ``--step-rtol`` relative
+and its tail-mean loss within ``--tail-atol`` nats of the one-GPU run that computes the same
+thing: ``R-accum2`` where present (same micro-batch GEMM shapes, so the same cuBLAS kernels and the
+same per-micro-batch quantization statistics; only the order of the gradient sum differs), else
+``R-single``. Single vs ddp is reported beside it.
 Writes OUT/ddp_compare.json, OUT/ddp_compare.md and OUT/ddp_compare.png; exits 1 when a recipe
 does not match, 2 when a run is missing or incomplete.
 """
@@ -22,7 +27,7 @@ import statistics
 import sys
 from pathlib import Path
 
-KINDS = ("single", "rerun", "ddp")
+KINDS = ("single", "rerun", "accum2", "ddp")
 
 
 def load(rd: Path) -> dict:
@@ -81,11 +86,15 @@ def main(argv=None) -> int:
             if "single" not in runs or "ddp" not in runs:
                 raise SystemExit(f"{r}: needs {r}-single and {r}-ddp")
             res = {"runs": {k: {x: v for x, v in d.items() if x != "losses"}
-                            for k, d in runs.items()},
-                   "ddp": pair(runs["single"], runs["ddp"], a.early)}
-            if "rerun" in runs:
-                res["rerun"] = pair(runs["single"], runs["rerun"], a.early)
-            d = res["ddp"]
+                            for k, d in runs.items()}}
+            for k in KINDS[1:]:
+                if k in runs:
+                    res[k] = pair(runs["single"], runs[k], a.early)
+            ref = "accum2" if "accum2" in runs else "single"
+            if ref == "accum2":
+                res["accum2_vs_ddp"] = pair(runs["accum2"], runs["ddp"], a.early)
+            res["verdict_against"] = ref
+            d = res["accum2_vs_ddp" if ref == "accum2" else "ddp"]
             res["match"] = (d["max_rel_early"] <= a.step_rtol and
                             abs(d["tail_mean_diff"]) <= a.tail_atol)
             res["ddp_speedup"] = (runs["ddp"]["tokens_per_s"] / runs["single"]["tokens_per_s"]
@@ -108,21 +117,24 @@ def main(argv=None) -> int:
 
 
 def _markdown(out) -> str:
-    lines = [f"Verdict: early steps (first {out['early']}) within {out['step_rtol']:g} relative "
-             f"and tail-mean loss within {out['tail_atol']:g} nats of the single-GPU run.", "",
+    lines = [f"Verdict: DDP's early steps (first {out['early']}) within {out['step_rtol']:g} "
+             f"relative and its tail-mean loss within {out['tail_atol']:g} nats of the one-GPU run "
+             "with the same micro-batches (accum2 where present, else single).", "",
              "| recipe | pair | max rel. dL, first steps | max rel. dL, all | tail-mean dL (nats)"
              " | identical steps | tokens/s (single -> other) | match |",
              "|---|---|---|---|---|---|---|---|"]
     for r, res in out["recipes"].items():
-        for k in ("rerun", "ddp"):
+        for k in ("rerun", "accum2", "ddp", "accum2_vs_ddp"):
             if k not in res:
                 continue
             d = res[k]
-            s, o = res["runs"]["single"], res["runs"][k]
+            first, other = ("accum2", "ddp") if k == "accum2_vs_ddp" else ("single", k)
+            s, o = res["runs"][first], res["runs"][other]
             tps = f"{s['tokens_per_s']:,.0f} -> {o['tokens_per_s']:,.0f}" \
                 if s["tokens_per_s"] and o["tokens_per_s"] else "-"
-            m = ("yes" if res["match"] else "**no**") if k == "ddp" else ""
-            lines.append(f"| {r} | single vs {k} (world {o['world_size']}) | "
+            verdict_row = k == ("accum2_vs_ddp" if res["verdict_against"] == "accum2" else "ddp")
+            m = ("yes" if res["match"] else "**no**") if verdict_row else ""
+            lines.append(f"| {r} | {first} vs {other} (world {o['world_size']}) | "
                          f"{d['max_rel_early']:.2e} | {d['max_rel_all']:.2e} | "
                          f"{d['tail_mean_diff']:+.4f} | {d['identical_steps']}/{d['steps']} | "
                          f"{tps} | {m} |")
@@ -138,7 +150,7 @@ def _plot(out, path: Path) -> None:
     fig, axes = plt.subplots(1, n, figsize=(4.5 * n, 3.4), squeeze=False)
     for ax, (r, res) in zip(axes[0], out["recipes"].items()):
         c = res["_curves"]
-        for k, style in (("rerun", ":"), ("ddp", "-")):
+        for k, style in (("rerun", ":"), ("accum2", "--"), ("ddp", "-")):
             if k in c:
                 ax.plot([y - x for x, y in zip(c["single"], c[k])], style,
                         label=f"{k} - single")
