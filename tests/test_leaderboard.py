@@ -16,8 +16,10 @@ from click.testing import CliRunner
 from mxref.backends.registry import get_backend
 from mxref.cli import main
 from mxref.leaderboard import gate as gate_mod
-from mxref.leaderboard.record import file_sha256, make_record, record_hash, run_env, seal
+from mxref.leaderboard.record import (block_medians, block_sizes, blocked, file_sha256,
+                                     make_record, record_hash, run_env, seal, stats)
 from mxref.leaderboard.reproduce import ReproduceError, reproduce
+from mxref.leaderboard.runners import train_blocks
 from mxref.leaderboard.submit import accept, check_record, record_files, store_path
 from mxref.verify.run import verify
 
@@ -78,13 +80,14 @@ def _write_report(root: Path, doc: dict) -> tuple[str, str]:
 
 
 def _record(root: Path, doc: dict, *, entry="quantize fp32->mxfp4 ocp rows (numba)",
-            profile="ocp", repeats=(1.0e-2, 1.1e-2, 1.05e-2), accelerator=None, write=True):
+            profile="ocp", repeats=(1.0e-2, 1.1e-2, 1.05e-2), accelerator=None, write=True,
+            metric_extra=None):
     rel, sha = _write_report(root, doc)
     rec = make_record(
         suite="cpu-emulator", entry=entry, group="quantize", impl="mxref numba",
         op="quantize_mx", fmt="mxfp4", profile=profile, params={"shape": [64, 64]},
         metric={"name": "time per call", "unit": "s", "lower_is_better": True,
-                "repeats": list(repeats)},
+                "repeats": list(repeats), **(metric_extra or {})},
         command=["mxref", "leaderboard", "run", "cpu", "--out", "X"],
         verify={"kind": "mxref-verify", "report": rel, "sha256": sha, "status": doc["status"],
                 "backend": doc["backend"]["name"],
@@ -348,3 +351,93 @@ def test_make_record_derives_rate_and_ratio():
     assert rec["metric"]["median"] == 0.3 and rec["metric"]["rate"] == pytest.approx(20000)
     assert "work" not in rec["metric"] and rec["roofline"]["ratio"] == pytest.approx(3.0)
     assert rec["metric"]["spread"] == pytest.approx(0.2 / 0.3)
+
+
+# --- repeats as medians of blocks of single samples ------------------------------------------
+def test_block_medians_edge_cases():
+    assert block_sizes(11, 3) == [4, 4, 3]              # near-equal, the larger blocks first
+    assert block_sizes(10, 5) == [2, 2, 2, 2, 2]
+    assert block_sizes(2, 5) == [1, 1]                  # fewer samples than blocks: one each
+    # in time order, not sorted: [1, 2, 3, 4] [5, 6, 7, 8] [9, 10, 11]
+    assert block_medians(list(range(1, 12)), 3) == [2.5, 6.5, 10.0]
+    assert block_medians([9.0, 1.0, 2.0, 8.0], 2) == [5.0, 5.0]
+    assert block_medians([3.0, 1.0], 5) == [3.0, 1.0]
+    assert block_medians([0.7], 3) == [0.7]             # one sample, one repeat
+    assert block_medians([5.0, 1.0, 3.0, 2.0, 9.0, 4.0], 2) == [3.0, 4.0]
+    with pytest.raises(ValueError):
+        block_medians([], 3)
+    # per process: each run is cut on its own, the runs kept in order
+    got = blocked([[1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0]], 2)
+    assert got == {"samples": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0], "blocks": [2, 2, 2, 1],
+                   "repeats": [1.5, 3.5, 5.5, 7.0], "samples_per_repeat": 1}
+
+
+# 20 step times at about 0.25 s; three outlier steps (1.9, 1.9, 1.95 s) fall in blocks 0, 1
+# and 3 of 5 steps, and block 2 is truly slower (0.27 s). Worked by hand: the block medians
+# are 0.25, 0.25, 0.27, 0.25, so the spread is 0.02 / 0.25 = 8%; over single steps it was
+# (1.95 - 0.24) / 0.26 (the 10th and 11th of the 20 sorted steps are both 0.26) = 658%.
+OUTLIER_STEPS = [0.25, 0.24, 1.9, 0.26, 0.25,
+                 0.25, 0.26, 0.24, 1.9, 0.25,
+                 0.27, 0.26, 0.27, 0.28, 0.27,
+                 0.26, 0.25, 1.95, 0.24, 0.25]
+
+
+def test_outlier_steps_do_not_set_the_spread():
+    got = train_blocks(OUTLIER_STEPS)                   # the default: blocks of 5 steps
+    assert got["blocks"] == [5, 5, 5, 5] and got["samples_per_repeat"] == 5
+    assert got["repeats"] == [0.25, 0.25, 0.27, 0.25]
+    assert stats(got["repeats"])["spread"] == pytest.approx(0.08)
+    per_step = stats(OUTLIER_STEPS)["spread"]       # the old repeats: one step each
+    assert per_step == pytest.approx((1.95 - 0.24) / 0.26) and per_step > 6.0
+    # 17 timed steps: 3 blocks of 6, 6, 5 (at least 5 steps each); 4 steps: one block
+    assert train_blocks(OUTLIER_STEPS[:17])["blocks"] == [6, 6, 5]
+    assert train_blocks(OUTLIER_STEPS[:4])["blocks"] == [4]
+
+
+# samples in time order and blocks of 3, 2, 2; repeats worked by hand: median(1.0, 1.2, 1.1),
+# median(0.9, 1.0), median(5.0, 1.05) (x 1e-2)
+SAMPLES = [1.0e-2, 1.2e-2, 1.1e-2, 0.9e-2, 1.0e-2, 5.0e-2, 1.05e-2]
+BLOCKED = {"samples": SAMPLES, "blocks": [3, 2, 2], "samples_per_repeat": 2}
+BLOCK_REPEATS = (1.1e-2, 0.95e-2, 3.025e-2)
+
+
+def test_samples_that_do_not_give_the_repeats_are_rejected(tmp_path, report_doc):
+    p, rec = _record(tmp_path, report_doc, repeats=BLOCK_REPEATS, metric_extra=BLOCKED)
+    assert check_record(p).ok, check_record(p).problems
+    orig = json.loads(json.dumps(rec))
+
+    def tampered(edit):
+        r = json.loads(json.dumps(orig))
+        edit(r)
+        _rewrite(p, r, reseal=True)                     # re-sealed: only the numbers speak
+        return check_record(p).problems
+
+    # a sample edited so block 0's median moves (1.0, 1.2, 2.0 -> 1.2)
+    probs = tampered(lambda r: r["metric"]["samples"].__setitem__(2, 2.0e-2))
+    assert any(x.startswith("metric.repeats[0]") and "metric.samples" in x
+               for x in probs), probs
+    # a sample edited inside its block's median (1.0, 1.3, 1.1 -> 1.1): the repeats still hold
+    assert not tampered(lambda r: r["metric"]["samples"].__setitem__(1, 1.3e-2))
+    # other blocks: [1.0, 1.2] [1.1, 0.9, 1.0] [5.0, 1.05] give 1.1, 1.0, 3.025
+    probs = tampered(lambda r: r["metric"].__setitem__("blocks", [2, 3, 2]))
+    assert any(x.startswith("metric.repeats[1]") and "metric.blocks" in x
+               for x in probs), probs
+    probs = tampered(lambda r: r["metric"].__setitem__("blocks", [3, 3, 2]))
+    assert any("metric.blocks [3, 3, 2] sum to 8" in x for x in probs), probs
+    probs = tampered(lambda r: r["metric"].__setitem__("samples_per_repeat", 1))
+    assert any("metric.samples_per_repeat" in x for x in probs), probs
+    probs = tampered(lambda r: r["metric"].pop("blocks"))
+    assert any(x.startswith("metric:") and "'blocks' is a dependency of 'samples'" in x
+               for x in probs), probs
+    # the roofline's samples: a time-basis roofline whose repeats are its block medians
+    roof = {"name": "bf16 step", "unit": "s", "ratio_label": "x bf16", "basis": "time",
+            "samples": [4.0e-3, 6.0e-3, 5.0e-3, 5.0e-3], "blocks": [2, 2],
+            "repeats": [5.0e-3, 5.0e-3], "median": 5.0e-3, "ratio": 1.1e-2 / 5.0e-3}
+    probs = tampered(lambda r: r.__setitem__("roofline", roof))
+    assert not probs, probs
+    probs = tampered(lambda r: r.__setitem__("roofline", dict(roof, samples=[
+        4.0e-3, 6.0e-3, 5.0e-3, 7.0e-3])))
+    assert any(x.startswith("roofline.repeats[1]") for x in probs), probs
+    probs = tampered(lambda r: r.__setitem__("roofline", dict(
+        roof, median=4.0e-3, ratio=1.1e-2 / 4.0e-3)))
+    assert any("roofline.median" in x for x in probs), probs

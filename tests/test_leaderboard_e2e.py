@@ -85,13 +85,21 @@ def _cli(args):
 
 def test_cpu_and_training_suites_end_to_end(tmp_path):
     lb = tmp_path / "lb"
-    r = _cli(["leaderboard", "run", "cpu", "--out", str(lb), "--size", "256", "--rounds", "3",
-              "--json"])
+    r = _cli(["leaderboard", "run", "cpu", "--out", str(lb), "--size", "256", "--rounds", "4",
+              "--blocks", "2", "--json"])
     assert r.exit_code == 0, r.output
     cpu = json.loads(r.stdout)["records"]
     assert len(cpu) == 2
     rec = json.loads(open(cpu[0]).read())
     assert rec["command"][:6] == ["python3", "-m", "mxref.cli", "leaderboard", "run", "cpu"]
+    assert rec["command"][rec["command"].index("--blocks") + 1] == "2"
+    # 3 processes x 4 rounds, each process cut into 2 blocks of 2: a repeat is the mean of a
+    # pair of consecutive rounds (the median of two); the copy roofline likewise
+    for m in (rec["metric"], rec["roofline"]):
+        s = m["samples"]
+        assert len(s) == 12 and m["blocks"] == [2] * 6 and m["samples_per_repeat"] == 2
+        assert m["repeats"] == pytest.approx([(s[i] + s[i + 1]) / 2 for i in range(0, 12, 2)])
+        assert m["median"] == pytest.approx(sum(sorted(m["repeats"])[2:4]) / 2)
     assert rec["verify"]["cases"] > 0 and {p["name"] for p in rec["peers"]} >= {"torch-eager"}
     r = _cli(["leaderboard", "run", "train", "--out", str(lb), "--model", "llama-tiny",
               "--tokens", "2048", "--seq-len", "32", "--batch-size", "4",
@@ -106,6 +114,18 @@ def test_cpu_and_training_suites_end_to_end(tmp_path):
     # not timed: step 0 (compilation), the validated steps 0 and 8, and the steps that timed
     # the quantization ops (every 5th: 0, 5, 10, 15; their CUDA events are host work)
     assert t["params"]["timed_steps"] == 16 - len({0} | {0, 8} | {0, 5, 10, 15})
+    # the 11 timed steps in blocks of at least 5 (--block-steps): 6 and 5 steps
+    m = t["metric"]
+    s = m["samples"]
+    assert len(s) == 11 and m["blocks"] == [6, 5] and m["samples_per_repeat"] == 5
+    assert m["repeats"] == pytest.approx([sum(sorted(s[:6])[2:4]) / 2, sorted(s[6:])[2]])
+    # bf16: 15 timed steps (all but the first) in 3 blocks of 5; the roofline's median is the
+    # median of its 3 block medians, and the ratio is taken at it
+    b = t["roofline"]
+    assert len(b["samples"]) == 15 and b["blocks"] == [5, 5, 5]
+    assert b["repeats"] == pytest.approx([sorted(b["samples"][i:i + 5])[2] for i in (0, 5, 10)])
+    assert b["median"] == pytest.approx(sorted(b["repeats"])[1])
+    assert b["ratio"] == pytest.approx(m["median"] / b["median"])
     store = tmp_path / "store"
     r = _cli(["leaderboard", "submit", str(lb), "--store", str(store), "--allow-dirty",
               "--json"])

@@ -78,13 +78,16 @@ def _ran(paths, as_json, out):
 @click.option("--processes", type=click.IntRange(1), default=3, show_default=True,
               help="Run the benchmark this many times as separate processes; the repeats are "
                    "the rounds of all of them.")
+@click.option("--blocks", type=click.IntRange(1), default=3, show_default=True,
+              help="Cut each process's rounds into this many contiguous blocks; a repeat is "
+                   "one block's median (the rounds are kept as metric.samples).")
 @click.option("--json", "as_json", is_flag=True)
-def run_cpu_cmd(out, size, rounds, processes, as_json):
+def run_cpu_cmd(out, size, rounds, processes, blocks, as_json):
     """The CPU emulator: verify (numba) + pytest-benchmark against torchao, torch, ml_dtypes."""
     from .runners import run_cpu
     try:
         paths = run_cpu(Path(out), size=size, rounds=rounds, command=command_line(),
-                        processes=processes)
+                        processes=processes, blocks=blocks)
     except MXRefError as e:
         _fail(str(e), 4)
     _ran(paths, as_json, out)
@@ -133,9 +136,13 @@ def run_gpu_cmd(out, size, repeats, levels, kernels, processes, jobs, as_json):
 @click.option("--batch-size", type=click.IntRange(1), default=8, show_default=True)
 @click.option("--validate-every", type=click.IntRange(1), default=4, show_default=True)
 @click.option("--threads", type=click.IntRange(0), default=1, show_default=True)
+@click.option("--block-steps", type=click.IntRange(1), default=5, show_default=True,
+              help="Cut the timed steps into blocks of at least this many steps (one block if "
+                   "fewer); a repeat is one block's median (the steps are kept as "
+                   "metric.samples). The bf16 roofline's steps likewise.")
 @click.option("--json", "as_json", is_flag=True)
 def run_train_cmd(out, model, recipes, tokens, seed, device, seq_len, batch_size,
-                  validate_every, threads, as_json):
+                  validate_every, threads, block_steps, as_json):
     """Training recipes: bf16 and each recipe, same data order, in-run validation on."""
     from .runners import run_train
     try:
@@ -143,7 +150,7 @@ def run_train_cmd(out, model, recipes, tokens, seed, device, seq_len, batch_size
                           recipes=[r for r in recipes.split(",") if r], tokens=tokens,
                           seed=seed, device=device, seq_len=seq_len, batch_size=batch_size,
                           validate_every=validate_every, threads=threads,
-                          command=command_line())
+                          command=command_line(), block_steps=block_steps)
     except MXRefError as e:
         _fail(str(e), 4)
     _ran(paths, as_json, out)

@@ -56,6 +56,50 @@ def stats(repeats) -> dict:
     return {"median": med, "repeats": xs, "spread": (max(xs) - min(xs)) / med}
 
 
+def block_sizes(n: int, blocks: int) -> list[int]:
+    """The sizes of `blocks` contiguous, near-equal blocks of `n` samples: min(blocks, n) blocks
+    whose sizes differ by at most one, the larger ones first (n = 11, blocks = 3: [4, 4, 3])."""
+    if n < 1 or blocks < 1:
+        raise ValueError(f"need at least one sample and one block, got n={n}, blocks={blocks}")
+    b = min(blocks, n)
+    q, r = divmod(n, b)
+    return [q + 1] * r + [q] * (b - r)
+
+
+def medians_of_blocks(samples, sizes) -> list[float]:
+    """The median of each block of `samples` (in their order) cut into blocks of `sizes`."""
+    xs = [float(x) for x in samples]
+    if sum(sizes) != len(xs) or any(s < 1 for s in sizes):
+        raise ValueError(f"block sizes {list(sizes)} do not partition {len(xs)} samples")
+    out, i = [], 0
+    for s in sizes:
+        out.append(statistics.median(xs[i:i + s]))
+        i += s
+    return out
+
+
+def block_medians(samples, blocks: int) -> list[float]:
+    """Repeats from single samples: `samples` (in time order) cut into `block_sizes` blocks,
+    and each block's median. A few outlier samples move a block median only when they are half
+    of its block, so the spread of these medians is not decided by them."""
+    return medians_of_blocks(samples, block_sizes(len(samples), blocks))
+
+
+def blocked(runs, blocks: int) -> dict:
+    """The repeats of a measure made of single samples: each of `runs` (the samples of one
+    process, or of one run, in time order) cut into `blocks` blocks (`block_sizes`), in run
+    order. Returns ``samples`` (every sample, in run order), ``blocks`` (the block sizes, so a
+    reader recomputes the repeats with `medians_of_blocks`), ``repeats`` (the block medians) and
+    ``samples_per_repeat`` (the nominal block size: samples // repeats)."""
+    samples, sizes = [], []
+    for run in runs:
+        samples += [float(x) for x in run]
+        sizes += block_sizes(len(run), blocks)
+    repeats = medians_of_blocks(samples, sizes)
+    return {"samples": samples, "blocks": sizes, "repeats": repeats,
+            "samples_per_repeat": len(samples) // len(repeats)}
+
+
 def slug(text: str) -> str:
     s = re.sub(r"[^a-z0-9._-]+", "-", text.lower()).strip("-.")
     return s or "unknown"
@@ -186,8 +230,8 @@ def make_record(*, suite, entry, group, impl, op, fmt, profile, params, metric, 
                 verify, roofline=None, peers=(), quality=None, check=None, accelerator=None,
                 env=None) -> dict:
     """Assemble and seal one record. `metric` holds name, unit, lower_is_better, repeats and
-    optionally samples_per_repeat and either rate / rate_unit or ``work`` (units per call: the
-    rate is work / median). Its median and spread are computed here, and so is the roofline's
+    optionally samples_per_repeat, samples and blocks (`blocked`) and either rate / rate_unit or
+    ``work`` (units per call: the rate is work / median). Its median and spread are computed here, and so is the roofline's
     ratio from its ``basis`` ('rate': metric.rate / roofline.rate; 'time': median / median).
     `env` (machine/packages/git/golden/created) is taken once per run and shared by its records."""
     env = env or run_env(accelerator)

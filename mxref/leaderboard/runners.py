@@ -23,12 +23,19 @@ import sys
 from pathlib import Path
 
 from ..errors import MXRefError
-from .record import REPO, file_sha256, git_state, make_record, run_env, slug
+from .record import REPO, blocked, file_sha256, git_state, make_record, run_env, slug
 from .submit import store_path
 
 
 class RunnerError(MXRefError):
     """A suite could not run (missing checkout, a failing step)."""
+
+
+# Repeats of single samples are medians of contiguous blocks of them (record.blocked): a few
+# outlier rounds or steps then do not set the spread. CPU: blocks per process (3 processes of
+# 15 rounds give 9 repeats of 5 rounds); training: blocks of at least TRAIN_BLOCK_STEPS steps.
+CPU_BLOCKS = 3
+TRAIN_BLOCK_STEPS = 5
 
 
 def _store_evidence(out: Path, src: Path, ext: str) -> tuple[str, str]:
@@ -93,9 +100,10 @@ def _verify_ref(report, rel, sha, backend):
 
 # ---------------------------------------------------------------------------------------------
 def run_cpu(out: Path, *, size: int, rounds: int, command: list[str],
-            processes: int = 1) -> list[Path]:
-    """verify (numba) once, then the pytest-benchmark `processes` times as separate processes;
-    a record's repeats are the rounds of every process, in process order."""
+            processes: int = 1, blocks: int = CPU_BLOCKS) -> list[Path]:
+    """verify (numba) once, then the pytest-benchmark `processes` times as separate processes.
+    Each process's rounds are cut into `blocks` contiguous blocks (`record.blocked`); a
+    record's repeats are the block medians, in process order, and its samples every round."""
     git_state()     # commit + tree of the files now, before the run writes (cached)
     _need_checkout("bench/test_bench_quantize.py")
     out.mkdir(parents=True, exist_ok=True)
@@ -117,10 +125,10 @@ def run_cpu(out: Path, *, size: int, rounds: int, command: list[str],
         for b in doc["benchmarks"]:
             k = (b["extra_info"].get("impl"), b["extra_info"].get("fmt"))
             if k in by:
-                by[k]["stats"]["data"] = by[k]["stats"]["data"] + b["stats"]["data"]
+                by[k]["_rounds"].append(b["stats"]["data"])
                 by[k]["_medians"].append(b["stats"]["median"])
             elif i == 0:
-                by[k] = dict(b, _medians=[b["stats"]["median"]])
+                by[k] = dict(b, _medians=[b["stats"]["median"]], _rounds=[b["stats"]["data"]])
     for b in by.values():                   # a peer's time: the median over the processes
         b["stats"]["median"] = statistics.median(b["_medians"])
     env = run_env()
@@ -132,13 +140,13 @@ def run_cpu(out: Path, *, size: int, rounds: int, command: list[str],
     def rate(t):                                        # M elements / s
         return n_el / t / 1e6
 
-    roof_med = statistics.median(roof["stats"]["data"])
+    roof_reps = blocked(roof["_rounds"], blocks)
+    roof_med = statistics.median(roof_reps["repeats"])
     written = []
     for fmt in fmts:
         b = by.get(("mxref", fmt))
         if b is None:
             continue
-        data = b["stats"]["data"]
         peers = []
         for impl in ("torchao.to_mx", "torch-eager", "ml_dtypes.astype (elements only)"):
             p = by.get((impl, fmt))
@@ -153,12 +161,12 @@ def run_cpu(out: Path, *, size: int, rounds: int, command: list[str],
             params={"shape": [size, size], "src_dtype": "float32", "axis": -1,
                     "threads": os.environ.get("NUMBA_NUM_THREADS")},
             metric={"name": "time per call", "unit": "s", "lower_is_better": True,
-                    "repeats": data, "samples_per_repeat": 1, "work": n_el / 1e6,
+                    **blocked(b["_rounds"], blocks), "work": n_el / 1e6,
                     "rate_unit": "M elem/s", "processes": processes},
             roofline={"name": "numba copy: read fp32 + write u8", "median": roof_med,
                       "unit": "s", "rate": rate(roof_med), "rate_unit": "M elem/s",
                       "ratio_label": "of copy", "basis": "rate",
-                      "repeats": roof["stats"]["data"]},
+                      **roof_reps},
             peers=peers, command=command, verify=_verify_ref(report, rel, sha, "numba"),
             env=env)
         written.append(_write(out, rec))
@@ -285,7 +293,7 @@ def ingest_gpu(out: Path, doc: dict, report: dict, rel: str, sha: str, command) 
 # ---------------------------------------------------------------------------------------------
 def run_train(out: Path, *, model: str, recipes: list[str], tokens: int, seed: int,
               device: str, seq_len: int, batch_size: int, validate_every: int, threads: int,
-              command: list[str]) -> list[Path]:
+              command: list[str], block_steps: int = TRAIN_BLOCK_STEPS) -> list[Path]:
     git_state()     # commit + tree of the files now, before the run writes (cached)
     out.mkdir(parents=True, exist_ok=True)
     log = out / "run.log"
@@ -304,14 +312,23 @@ def run_train(out: Path, *, model: str, recipes: list[str], tokens: int, seed: i
             raise RunnerError(f"mxref train --recipe {rc_name} did not complete (exit {rc}); "
                               f"see {log}")
         runs[rc_name] = rd
-    return ingest_train(out, runs, command)
+    return ingest_train(out, runs, command, block_steps)
 
 
 def _steps(rd: Path) -> list[dict]:
     return [json.loads(x) for x in (rd / "log.jsonl").read_text().splitlines() if x.strip()]
 
 
-def ingest_train(out: Path, runs: dict, command) -> list[Path]:
+def train_blocks(times, block_steps: int = TRAIN_BLOCK_STEPS) -> dict:
+    """A run's timed step times as repeats: len // block_steps blocks (at least one) of
+    near-equal size, so each block holds block_steps steps or a few more (`record.blocked`)."""
+    return blocked([times], max(1, len(times) // block_steps))
+
+
+def ingest_train(out: Path, runs: dict, command,
+                 block_steps: int = TRAIN_BLOCK_STEPS) -> list[Path]:
+    """One record per recipe run in `runs` (bf16 is the baseline). The repeats are medians of
+    blocks of about `block_steps` timed steps (`train_blocks`), the bf16 roofline's likewise."""
     from mxkernels.training.compare import compare_pair, load_run
 
     base_dir = runs["bf16"]
@@ -319,6 +336,8 @@ def ingest_train(out: Path, runs: dict, command) -> list[Path]:
     bsum = json.loads((base_dir / "summary.json").read_text())
     bsteps = _steps(base_dir)
     btimes = [s["step_time_s"] for s in bsteps[1:]] or [s["step_time_s"] for s in bsteps]
+    broof = train_blocks(btimes, block_steps)
+    bmed = statistics.median(broof["repeats"])
     acc = None
     if str(bsum.get("device", "cpu")).startswith("cuda"):
         import torch
@@ -351,7 +370,6 @@ def ingest_train(out: Path, runs: dict, command) -> list[Path]:
         lines = [json.loads(x) for x in checks.read_text().splitlines() if x.strip()]
         status = "pass" if all(x.get("ok") for x in lines) else "fail"
         tokens_per_step = steps[0]["tokens"]
-        bmed = statistics.median(btimes)
         rec = make_record(
             suite="training", entry=f"{summ['model']} {name}", group="train",
             impl=f"MXLinear ({summ.get('device')})", op="train-step", fmt=name,
@@ -361,11 +379,12 @@ def ingest_train(out: Path, runs: dict, command) -> list[Path]:
                     "timed_steps": len(times), "validated_steps": sorted(checked),
                     "params": summ.get("params")},
             metric={"name": "step time", "unit": "s", "lower_is_better": True,
-                    "repeats": times, "samples_per_repeat": 1, "work": tokens_per_step,
+                    **train_blocks(times, block_steps), "work": tokens_per_step,
                     "rate_unit": "tokens/s"},
             roofline={"name": "bf16 step time (same run)", "median": bmed, "unit": "s",
                       "rate": tokens_per_step / bmed, "rate_unit": "tokens/s",
-                      "ratio_label": "x bf16 step time", "basis": "time", "repeats": btimes},
+                      "ratio_label": "x bf16 step time", "basis": "time",
+                      **broof},
             peers=[], command=command,
             quality={"final_loss": summ.get("final_train_loss_tail_mean"),
                      "bf16_final_loss": bsum.get("final_train_loss_tail_mean"),

@@ -3,6 +3,7 @@
 A record says what was timed (suite, entry, op/format/profile), how (the exact command, the
 machine, the packages, the git commit and the tree of the files run, the golden suite and its
 manifest hash), what was measured (the median of each repeat, their median and relative spread,
+the samples and block sizes the repeats were cut from where a sample is one call or one step,
 the roofline and peers measured in the same run) and why it may be trusted (the verify report
 of the same run, by content hash).
 ``record_sha256`` is the SHA-256 of the canonical JSON of the record without that key.
@@ -20,6 +21,11 @@ _pos = {"type": "number", "exclusiveMinimum": 0}
 _str = {"type": "string", "minLength": 1}
 _sha = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
 _nstr = {"type": ["string", "null"]}
+# repeats made of single samples (CPU rounds, training steps): the samples in time order and
+# the sizes of the contiguous blocks whose medians are the repeats (record.medians_of_blocks)
+_samples = {"type": "array", "items": _pos, "minItems": 1}
+_blocks = {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1}
+_together = {"samples": ["blocks", "repeats"], "blocks": ["samples"]}
 
 _measure = {
     "type": "object",
@@ -58,12 +64,15 @@ RECORD_SCHEMA = {
                 "median": _pos,                                  # median of `repeats`
                 "repeats": {"type": "array", "items": _pos, "minItems": 1},
                 "spread": {"type": "number", "minimum": 0},      # (max - min) / median of repeats
+                # samples per repeat; with `samples`: the nominal block size, samples // repeats
                 "samples_per_repeat": {"type": "integer", "minimum": 1},
+                "samples": _samples, "blocks": _blocks,
                 # separate processes the repeats came from, in process order (run --processes)
                 "processes": {"type": "integer", "minimum": 1},
                 "rate": {"type": ["number", "null"]},            # work / median (GB/s, TFLOP/s, ...)
                 "rate_unit": _nstr,
             },
+            "dependentRequired": _together,
         },
         "roofline": {"oneOf": [{"type": "null"}, {
             "type": "object",
@@ -71,7 +80,9 @@ RECORD_SCHEMA = {
             "properties": {"name": _str, "median": _pos, "unit": _str,
                            "rate": {"type": ["number", "null"]}, "rate_unit": _nstr,
                            "ratio": _pos, "ratio_label": _str,
-                           "repeats": {"type": "array", "items": _pos}}}]},
+                           "repeats": {"type": "array", "items": _pos},
+                           "samples": _samples, "blocks": _blocks},
+            "dependentRequired": _together}]},
         "peers": {"type": "array", "items": {
             "type": "object", "required": ["name", "median", "unit"],
             "properties": {"name": _str, "median": _pos, "unit": _str,

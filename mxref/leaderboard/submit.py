@@ -6,7 +6,9 @@ Checks (each failure is one reason in the rejection):
 1. the JSON Schema (``schema.RECORD_SCHEMA``);
 2. ``record_sha256`` is the hash of the record's canonical JSON (an edited field breaks it);
 3. the metric is consistent: ``median`` is the median of ``repeats``, ``spread`` is their
-   (max - min) / median, and the roofline ratio follows from the medians or rates;
+   (max - min) / median, and the roofline ratio follows from the medians or rates; where the
+   metric or the roofline carries ``samples`` and ``blocks``, each repeat is the median of its
+   block of samples (and a roofline's median the median of its repeats);
 4. the verify evidence exists beside the record, hashes to ``verify.sha256`` and passed:
    an ``mxref-verify/1`` report with status ``pass`` whose backend is the record's, whose golden
    manifest hash and suite version are the record's, and that ran at least one passing case of the
@@ -35,7 +37,8 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .record import REPO, file_sha256, git_output, golden_state, record_hash, slug
+from .record import (REPO, file_sha256, git_output, golden_state, medians_of_blocks,
+                     record_hash, slug)
 from .schema import SCHEMA, schema_problems
 
 VERIFY_SCHEMA = "mxref-verify/1"
@@ -59,9 +62,36 @@ def _close(a, b, rel=REL) -> bool:
     return math.isclose(float(a), float(b), rel_tol=rel, abs_tol=1e-300)
 
 
+def blocks_problems(obj: dict, where: str) -> list[str]:
+    """Whether the ``samples`` and ``blocks`` of `obj` (a record's metric or roofline) give its
+    ``repeats``: the block sizes partition the samples, and each repeat is the median of its
+    block (`record.medians_of_blocks`); `where` names the field in the reasons. With them,
+    ``samples_per_repeat`` must be the nominal block size, samples // repeats."""
+    if "samples" not in obj:
+        return []
+    samples, sizes, reps = obj["samples"], obj["blocks"], obj["repeats"]
+    if sum(sizes) != len(samples):
+        return [f"{where}.blocks {sizes!r} sum to {sum(sizes)}, but {where}.samples holds "
+                f"{len(samples)} samples"]
+    if len(sizes) != len(reps):
+        return [f"{where}.blocks has {len(sizes)} blocks, but {where}.repeats holds "
+                f"{len(reps)} repeats"]
+    want = medians_of_blocks(samples, sizes)
+    bad = [i for i, (r, w) in enumerate(zip(reps, want)) if not _close(r, w)]
+    out = [f"{where}.repeats[{i}] {reps[i]!r} is not the median of block {i} of "
+           f"{where}.samples ({want[i]!r}, by {where}.blocks)" for i in bad[:3]]
+    if len(bad) > 3:
+        out.append(f"... and {len(bad) - 3} more of {where}.repeats")
+    spr = obj.get("samples_per_repeat")
+    if spr is not None and spr != len(samples) // len(reps):
+        out.append(f"{where}.samples_per_repeat {spr!r} is not samples // repeats "
+                   f"({len(samples) // len(reps)})")
+    return out
+
+
 def metric_problems(rec: dict) -> list[str]:
-    out = []
     m = rec["metric"]
+    out = blocks_problems(m, "metric")
     reps = m["repeats"]
     med = statistics.median(reps)
     if not _close(m["median"], med):
@@ -72,6 +102,10 @@ def metric_problems(rec: dict) -> list[str]:
                    f"({spread!r})")
     r = rec.get("roofline")
     if r:
+        out += blocks_problems(r, "roofline")
+        if "samples" in r and not _close(r["median"], statistics.median(r["repeats"])):
+            out.append(f"roofline.median {r['median']!r} is not the median of roofline.repeats "
+                       f"({statistics.median(r['repeats'])!r})")
         basis = r.get("basis", "rate")
         if basis == "rate":
             if not (m.get("rate") and r.get("rate")):
