@@ -1,13 +1,23 @@
 """Clocks under load (mxref.leaderboard.clocks): nvidia-smi parsing under both field names,
-reason bits, the reduction, NVML / nvidia-smi / no tool, the sampling thread. No GPU: fakes
-throughout; expected values written by hand."""
+reason bits, the reduction, NVML / nvidia-smi / no tool, the sampling thread, the record field
+in the schema, ingest, and reproduce showing the clocks of both runs. No GPU: fakes throughout;
+expected values written by hand."""
+import json
 import subprocess
 import sys
 import threading
 
 import pytest
+from click.testing import CliRunner
 
+from mxref.cli import main
 from mxref.leaderboard import clocks
+from mxref.leaderboard import reproduce as rp
+from mxref.leaderboard.cli import reproduce_table
+from mxref.leaderboard.record import machine, make_record
+from mxref.leaderboard.runners import combine_processes, ingest_gpu
+from mxref.leaderboard.schema import schema_problems
+from mxref.leaderboard.submit import store_path
 
 EVENTS, THROTTLE = clocks.REASON_FIELDS
 
@@ -211,3 +221,130 @@ def test_under_load_with_a_source():
     c = box["clocks"]
     assert c["source"] == "nvidia-smi" and c["samples"] == 1
     assert c["sm_mhz_median"] == 1980.0 and c["reasons"] == ["sw_power_cap"]
+
+
+# ---- records ----------------------------------------------------------------------------------
+ENV = {"machine": machine({"name": "Fake GPU 80GB", "runtime": "CUDA 13.0"}),
+       "packages": {"python": "3.12", "mxref": "0"},
+       "golden": {"suite": "s", "suite_version": "1", "manifest_sha256": "0" * 64},
+       "git": {"commit": "a" * 40, "dirty": False, "tree": "b" * 40},
+       "created": "2026-11-22T08:00:00Z"}
+
+
+def C(sm, smin, power, reasons=(), source="nvidia-smi"):
+    """One process's clocks dict as reduce_samples writes it."""
+    return {"source": source, "samples": 20, "sm_mhz_median": sm, "sm_mhz_min": smin,
+            "sm_mhz_max": sm, "mem_mhz_median": 2619, "power_w_median": power,
+            "temp_c_max": 70, "reasons": list(reasons),
+            "reason_samples": {r: 5 for r in reasons}}
+
+
+def rec(median, clocks_under_load=None, command=("python3", "x", "--out", "X")):
+    metric = {"name": "kernel time", "unit": "ms", "lower_is_better": True,
+              "repeats": [median * 0.999, median, median * 1.001], "processes": 3}
+    if clocks_under_load is not None:
+        metric["clocks_under_load"] = clocks_under_load
+    return make_record(suite="gpu-kernels", entry="MXFP4 GEMM 8192^3 block_sequential",
+                       group="gemm", impl="triton", op="gemm", fmt="mxfp4+mxfp4",
+                       profile="ocp", params={}, metric=metric, command=list(command),
+                       verify={"kind": "mxref-verify", "report": "verify/x",
+                               "sha256": "0" * 64, "status": "pass", "backend": "triton"},
+                       env=ENV)
+
+
+def test_schema_accepts_and_rejects_the_field():
+    assert schema_problems(rec(11.7)) == []                       # an older record
+    ok = rec(11.7, [C(1755, 1650, 699.0, ["sw_power_cap"]), None,
+                    clocks.unavailable("nvidia-smi: not found")])
+    assert schema_problems(ok) == []
+
+    def bad(c):
+        return schema_problems(rec(11.7, c))
+    assert bad([]) and bad(C(1755, 1650, 699.0))          # not a list / an empty one
+    assert any("clocks_under_load/0" in p for p in bad([dict(C(1755, 1, 1), extra=1)]))
+    assert bad([dict(C(1755, 1, 1), samples=-1)])
+    assert bad([dict(C(1755, 1, 1), source="dcgm")])
+    assert bad([dict(C(1755, 1, 1), reasons="sw_power_cap")])
+    assert bad([{"sm_mhz_median": 1755}])                 # no source / samples
+
+
+def test_combine_and_ingest_carry_the_clocks(tmp_path):
+    def doc(ms, c):
+        row = {"kernel": "q", "group": "quantize", "status": "ok", "ms": ms, "repeats_ms": [ms],
+               "gbps": 1000 / ms, "meta": dict(op="quantize_mx", format="mxfp4",
+                                                profile="ocp", impl="triton fast")}
+        if c is not None:
+            row["clocks_under_load"] = c
+        roof = {"kernel": "roofline: device copy bf16 (read+write)", "status": "ok", "ms": 0.5,
+                "gbps": 2000.0, "meta": {"roofline": "copy"}}
+        return {"device": {"gpu": "Fake GPU 80GB", "cuda": "13.0"}, "size": 8,
+                "rows": [roof, row]}
+    a, b = C(1980, 1960, 650.0), C(1755, 1700, 699.0, ["sw_power_cap"])
+    both = combine_processes([doc(1.0, a), doc(1.1, None), doc(1.2, b)])
+    q = next(r for r in both["rows"] if r["kernel"] == "q")
+    assert q["clocks_under_load"] == [a, None, b]
+    old = combine_processes([doc(1.0, None), doc(1.1, None)])
+    assert "clocks_under_load" not in next(r for r in old["rows"] if r["kernel"] == "q")
+
+    report = {"status": "pass", "summary": {"passed_cases": 1}}
+    for d, want in ((both, [a, None, b]), (doc(1.0, a), [a]), (old, None)):
+        (p,) = ingest_gpu(tmp_path / str(id(d)), d, report, "verify/x.json", "0" * 64,
+                          ["python3", "x", "--out", "X"])
+        r = json.loads(p.read_text())
+        assert r["metric"].get("clocks_under_load") == want
+        assert schema_problems(r) == []
+
+
+# ---- reproduce --------------------------------------------------------------------------------
+def test_compare_shows_the_clocks_of_both_runs():
+    old = rec(11.7, [C(1755, 1650, 699.0, ["sw_power_cap"]), C(1740, 1600, 700.0,
+                                                                ["gpu_idle", "sw_power_cap"]),
+                     C(1770, 1700, 698.0)])
+    new = rec(11.7 / 1.053, [C(1980, 1965, 640.0, ["gpu_idle"])] * 3)
+    v = rp.compare(old, new)
+    assert v["clocks"]["note"] == ("SM 1755->1980 MHz (min 1600->1965), power 699->640 W, "
+                                   "reasons sw_power_cap -> none")
+    assert v["clocks"]["recorded"] == {"sm_mhz": 1755, "sm_mhz_min": 1600, "power_w": 699.0,
+                                       "temp_c_max": 70, "reasons": ["sw_power_cap", "gpu_idle"],
+                                       "processes": 3}
+    assert v["clocks"]["sm_change"] == pytest.approx(1980 / 1755 - 1)
+    # only one side has clocks, or a side has none that answered: nothing to show
+    assert "clocks" not in rp.compare(rec(11.7), new)
+    assert "clocks" not in rp.compare(old, rec(11.7))
+    assert "clocks" not in rp.compare(old, rec(11.7, [clocks.unavailable("no tool")]))
+    lines = reproduce_table([dict(v, entry="e", unit="ms")]).splitlines()
+    assert lines[2].startswith("e ") and lines[2].rstrip().endswith("not-reproduced")
+    assert lines[3] == ("       clocks under load: SM 1755->1980 MHz (min 1600->1965), "
+                        "power 699->640 W, reasons sw_power_cap -> none")
+
+
+FAKE_RERUN = """
+import json, os, sys
+from pathlib import Path
+out = Path(sys.argv[sys.argv.index("--out") + 1])
+out.mkdir(parents=True, exist_ok=True)
+(out / "new.json").write_text(os.environ["FAKE_NEW_RECORD"])
+"""
+
+
+def test_reproduce_cli_table_and_json_show_the_clocks(tmp_path, monkeypatch):
+    script = tmp_path / "rerun.py"
+    script.write_text(FAKE_RERUN)
+    cmd = [sys.executable, str(script), "--out", "X"]
+    old = rec(11.7, [C(1755, 1650, 699.0, ["sw_power_cap"])] * 3, command=cmd)
+    new = rec(11.7 / 1.053, [C(1980, 1965, 640.0)] * 3, command=cmd)
+    store = tmp_path / "store"
+    p = store_path(store, old)
+    p.parent.mkdir(parents=True)
+    p.write_text(json.dumps(old))
+    monkeypatch.setenv("FAKE_NEW_RECORD", json.dumps(new))
+    args = ["leaderboard", "reproduce", str(store), "--no-floor", "-q"]
+    r = CliRunner().invoke(main, args)
+    assert r.exit_code == 1, r.output
+    assert ("clocks under load: SM 1755->1980 MHz (min 1650->1965), power 699->640 W, "
+            "reasons sw_power_cap -> none") in r.stdout
+    r = CliRunner().invoke(main, args + ["--json"])
+    (row,) = json.loads(r.stdout)["rows"]
+    assert row["status"] == "not-reproduced" and row["difference"] == pytest.approx(-0.05033,
+                                                                                    abs=1e-4)
+    assert row["clocks"]["recorded"]["sm_mhz"] == 1755 and row["clocks"]["new"]["sm_mhz"] == 1980

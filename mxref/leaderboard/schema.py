@@ -20,6 +20,25 @@ _pos = {"type": "number", "exclusiveMinimum": 0}
 _str = {"type": "string", "minLength": 1}
 _sha = {"type": "string", "pattern": "^[0-9a-f]{64}$"}
 _nstr = {"type": ["string", "null"]}
+_nnum = {"type": ["number", "null"]}
+_count = {"type": "integer", "minimum": 0}
+
+# one timing process's clocks while a kernel was timed (clocks.reduce_samples); the numbers are
+# null where no sample had them, and `error` says why where a sample failed or none was taken
+_clocks = {
+    "type": "object",
+    "required": ["source", "samples"],
+    "additionalProperties": False,
+    "properties": {
+        "source": {"enum": ["nvml", "nvidia-smi", None]},
+        "samples": _count,
+        "sm_mhz_median": _nnum, "sm_mhz_min": _nnum, "sm_mhz_max": _nnum,
+        "mem_mhz_median": _nnum, "power_w_median": _nnum, "temp_c_max": _nnum,
+        "reasons": {"type": "array", "items": _str},             # clock-event reasons, by name
+        "reason_samples": {"type": "object", "additionalProperties": _count},
+        "errors": _count, "error": _nstr,
+    },
+}
 
 _measure = {
     "type": "object",
@@ -61,6 +80,10 @@ RECORD_SCHEMA = {
                 "samples_per_repeat": {"type": "integer", "minimum": 1},
                 # separate processes the repeats came from, in process order (run --processes)
                 "processes": {"type": "integer", "minimum": 1},
+                # GPU: the clocks while this kernel was timed, one entry per process, in
+                # process order (absent in older records)
+                "clocks_under_load": {"type": "array", "minItems": 1,
+                                      "items": {"oneOf": [{"type": "null"}, _clocks]}},
                 "rate": {"type": ["number", "null"]},            # work / median (GB/s, TFLOP/s, ...)
                 "rate_unit": _nstr,
             },
