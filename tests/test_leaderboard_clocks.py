@@ -2,6 +2,7 @@
 reason bits, the reduction, NVML / nvidia-smi / no tool, the sampling thread, the record field
 in the schema, ingest, and reproduce showing the clocks of both runs. No GPU: fakes throughout;
 expected values written by hand."""
+import importlib.util
 import json
 import subprocess
 import sys
@@ -14,7 +15,7 @@ from mxref.cli import main
 from mxref.leaderboard import clocks
 from mxref.leaderboard import reproduce as rp
 from mxref.leaderboard.cli import reproduce_table
-from mxref.leaderboard.record import machine, make_record
+from mxref.leaderboard.record import REPO, machine, make_record
 from mxref.leaderboard.runners import combine_processes, ingest_gpu
 from mxref.leaderboard.schema import schema_problems
 from mxref.leaderboard.submit import store_path
@@ -348,3 +349,39 @@ def test_reproduce_cli_table_and_json_show_the_clocks(tmp_path, monkeypatch):
     assert row["status"] == "not-reproduced" and row["difference"] == pytest.approx(-0.05033,
                                                                                     abs=1e-4)
     assert row["clocks"]["recorded"]["sm_mhz"] == 1755 and row["clocks"]["new"]["sm_mhz"] == 1980
+
+
+# ---- the bench --------------------------------------------------------------------------------
+def test_bench_rows_carry_the_clocks(monkeypatch):
+    """bench/gpu_kernels.py (torch and triton imported here, inside the test): a timed row gets
+    the clocks sampled while it was timed, an untimed row none, and the Markdown shows them."""
+    pytest.importorskip("torch")
+    pytest.importorskip("triton")
+    spec = importlib.util.spec_from_file_location("gpu_kernels_under_test",
+                                                  REPO / "bench" / "gpu_kernels.py")
+    gk = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(gk)
+    timed = []
+    monkeypatch.setattr(gk, "_do_bench", lambda fn, reps: timed.append(reps) or 2.0)
+    monkeypatch.setattr(gk, "CLOCKS", (clocks.SmiSource("0", FakeSmi()), None))
+    monkeypatch.setattr(gk, "REPEATS", 3)
+    run = gk.Run.__new__(gk.Run)
+    run.rows = []
+    ms, reps = gk.bench_repeats(lambda: None, reps=100)
+    assert (ms, reps, timed) == (2.0, [2.0, 2.0, 2.0], [100, 100, 100])
+    run.record(kernel="k", status="ok", ms=ms, repeats_ms=reps)
+    run.record(kernel="k2", status="FAILED", error="1 code mismatch")
+    monkeypatch.setattr(gk, "CLOCKS", (None, "nvidia-smi: not found"))
+    run.record(kernel="peer: p", status="ok", ms=gk.bench(lambda: None))
+    ok, failed, peer = run.rows
+    assert ok["clocks_under_load"]["sm_mhz_median"] == 1980.0
+    assert ok["clocks_under_load"]["reasons"] == ["sw_power_cap"]
+    assert "clocks_under_load" not in failed
+    assert peer["clocks_under_load"]["error"] == "nvidia-smi: not found"
+    doc = {"device": {"gpu": "g", "sms": 1, "memory_gib": 1, "driver": "d", "cuda": "c",
+                      "torch": "t", "triton": "t", "clocks": "idle", "commit": "0" * 10},
+           "time": "now", "size": 8, "rows": run.rows, "clocks_source": "nvidia-smi",
+           "clocks_error": None}
+    md = gk.markdown(doc)
+    assert "| k | ok | 2000.0 |  |  | SM 1980 MHz (1980-1980) |" in md
+    assert "SM clock while timed (median, range): from nvidia-smi." in md
