@@ -54,24 +54,23 @@ def decode_reasons(mask: int | None) -> list[str]:
     return names
 
 
-def _number(text: str) -> float | None:
+def _field(text: str, parse):
+    """`parse` of one nvidia-smi field; None for [N/A] and the like, or what does not parse."""
     t = text.strip()
     if t.lower() in _NA:
         return None
     try:
-        return float(t.split()[0])             # "1980" (nounits), or "1980 MHz" without it
+        return parse(t)
     except (ValueError, IndexError):
         return None
 
 
-def _mask(text: str) -> int | None:
-    t = text.strip()
-    if t.lower() in _NA:
-        return None
-    try:
-        return int(t, 16) if t.lower().startswith("0x") else int(t)
-    except ValueError:
-        return None
+def _number(t: str) -> float:
+    return float(t.split()[0])                 # "1980" (nounits), or "1980 MHz" without it
+
+
+def _mask(t: str) -> int:
+    return int(t, 16) if t.lower().startswith("0x") else int(t)
 
 
 def parse_smi_line(line: str) -> dict | None:
@@ -81,8 +80,8 @@ def parse_smi_line(line: str) -> dict | None:
     parts = line.split(",")
     if len(parts) != len(SMI_FIELDS) + 1:
         return None
-    sm, mem, power, temp = (_number(p) for p in parts[:4])
-    reasons = _mask(parts[4])
+    sm, mem, power, temp = (_field(p, _number) for p in parts[:4])
+    reasons = _field(parts[4], _mask)
     if sm is None and mem is None and power is None and temp is None and reasons is None:
         return None
     return {"sm_mhz": sm, "mem_mhz": mem, "power_w": power, "temp_c": temp, "reasons": reasons}
