@@ -9,7 +9,10 @@ random non-zero inputs (LLM-like: Gaussian with outlier columns), several input 
 where the inputs fit in L2. Before a kernel is timed its output on the same input is compared
 with the CPU reference ``mxref`` (whole tensor for quantizers; a row slice for GEMMs): a kernel
 whose check fails is reported as failed and not given a speed. Bytes counted are the compulsory
-bytes (each input read once, each output written once).
+bytes (each input read once, each output written once). While each kernel, roofline and peer is
+timed, a background thread samples the GPU's SM / memory clocks, power, temperature and
+clock-event reasons (NVML, else nvidia-smi; ``mxref.leaderboard.clocks``): each timed row has
+``clocks_under_load``.
 
 Writes ``--out`` (JSON, schema ``mxkernels-gpu-bench/1``) and a Markdown table next to it.
 """
@@ -34,6 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 import mxref  # noqa: E402
 from mxref.backends.triton_backend import load_kernels  # noqa: E402
+from mxref.leaderboard import clocks  # noqa: E402   (CPU-only: NVML or nvidia-smi, no CUDA)
 
 SCHEMA = "mxkernels-gpu-bench/1"
 
@@ -63,15 +67,32 @@ def device_info():
 
 
 REPEATS = 1      # independent do_bench medians per kernel (--repeats); their spread is recorded
+# the clock source (NVML or nvidia-smi) opened once in main, or (None, why); and the clocks
+# sampled while the last kernel was timed, which Run.record puts in that kernel's row
+CLOCKS = (None, "not opened (bench/gpu_kernels.py main() opens it)")
+LAST_CLOCKS = {}
 
 
-def bench(fn, reps=200):
+def _do_bench(fn, reps):
     return triton.testing.do_bench(fn, warmup=25, rep=reps, return_mode="median")
 
 
+def bench(fn, reps=200):
+    """One do_bench median, with the clocks sampled meanwhile (LAST_CLOCKS)."""
+    LAST_CLOCKS.clear()
+    with clocks.under_load(*CLOCKS) as box:
+        ms = _do_bench(fn, reps)
+    LAST_CLOCKS.update(box)
+    return ms
+
+
 def bench_repeats(fn, reps=200):
-    """Median of REPEATS independent do_bench medians, and the medians themselves."""
-    ms = [bench(fn, reps) for _ in range(REPEATS)]
+    """Median of REPEATS independent do_bench medians, and the medians themselves; the clocks
+    sampled over all of them (LAST_CLOCKS)."""
+    LAST_CLOCKS.clear()
+    with clocks.under_load(*CLOCKS) as box:
+        ms = [_do_bench(fn, reps) for _ in range(REPEATS)]
+    LAST_CLOCKS.update(box)
     return float(np.median(ms)), ms
 
 
@@ -112,13 +133,16 @@ class Run:
         return not self.kernels or name in self.kernels
 
     def record(self, **kw):
-        self.rows.append(kw)
         ms = kw.get("ms")
+        if ms is not None and "clocks" in LAST_CLOCKS:    # every timed row follows its bench()
+            kw.setdefault("clocks_under_load", LAST_CLOCKS.pop("clocks"))
+        self.rows.append(kw)
         extra = kw.get("ratio_label", "")
         t = "" if ms is None else f"{ms * 1e3:9.1f} us"
         r = "" if kw.get("ratio") is None else f"{kw['ratio']:.3f} {extra}"
+        c = sm_text(kw.get("clocks_under_load"))
         print(f"{kw['kernel']:<60} {kw.get('status', ''):<8} {t} {r} "
-              f"{kw.get('error', '')}", flush=True)
+              f"{c and f'[{c}] '}{kw.get('error', '')}", flush=True)
 
     # ---- rooflines --------------------------------------------------------------------
     def rooflines(self):
@@ -560,6 +584,13 @@ class Run:
                         error=f"{type(e).__name__}: {e}"[:300])
 
 
+def sm_text(c) -> str:
+    """'SM 1980 MHz (1755-1980)' of a row's clocks_under_load; '' without an SM clock."""
+    if not c or c.get("sm_mhz_median") is None:
+        return ""
+    return f"SM {c['sm_mhz_median']:.0f} MHz ({c['sm_mhz_min']:.0f}-{c['sm_mhz_max']:.0f})"
+
+
 def markdown(doc) -> str:
     d = doc["device"]
     lines = ["# GPU kernel benchmarks", "",
@@ -570,14 +601,17 @@ def markdown(doc) -> str:
              f"Size {doc['size']}x{doc['size']} (GEMMs {doc['size']}^3). Median of "
              "triton.testing.do_bench (CUDA events, L2 flushed per repetition). Every kernel was "
              "checked against the mxref CPU reference in the same run before being timed.", "",
-             "| kernel | status | median us | GB/s or TFLOP/s | ratio | check |",
-             "|---|---|---:|---:|---:|---|"]
+             f"SM clock while timed (median, range): from {doc.get('clocks_source') or 'nothing'}"
+             + (f" ({doc['clocks_error']})" if doc.get("clocks_error") else "") + ".", "",
+             "| kernel | status | median us | GB/s or TFLOP/s | ratio | SM clock | check |",
+             "|---|---|---:|---:|---:|---|---|"]
     for r in doc["rows"]:
         rate = (f"{r['gbps']:.0f} GB/s" if "gbps" in r else
                 f"{r['tflops']:.0f} TFLOP/s" if "tflops" in r else "")
         ratio = "" if r.get("ratio") is None else f"{r['ratio']:.3f} {r.get('ratio_label', '')}"
         ms = "" if r.get("ms") is None else f"{r['ms'] * 1e3:.1f}"
         lines.append(f"| {r['kernel']} | {r.get('status', '')} | {ms} | {rate} | {ratio} | "
+                     f"{sm_text(r.get('clocks_under_load'))} | "
                      f"{r.get('check', r.get('error', ''))} |")
     return "\n".join(lines) + "\n"
 
@@ -597,16 +631,20 @@ def main(argv=None):
                     help="directory for the GEMM checks' CPU reference arrays (.npy), shared by "
                          "repeated runs")
     args = ap.parse_args(argv)
-    global REPEATS
+    global REPEATS, CLOCKS
     REPEATS = max(1, args.repeats)
     if not torch.cuda.is_available():
         print("no GPU: nothing to benchmark", file=sys.stderr)
         return 4
+    CLOCKS = clocks.open_source()
+    print(f"# clocks under load: {CLOCKS[0].name if CLOCKS[0] else CLOCKS[1]}", flush=True)
     run = Run(args.size, args.quick, args.kernel, args.cache)
     doc = {"schema": SCHEMA, "device": device_info(), "size": args.size,
            "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "command": " ".join([sys.executable] + sys.argv), "repeats": REPEATS,
            "kernels": sorted(args.kernel),
+           "clocks_source": CLOCKS[0].name if CLOCKS[0] else None, "clocks_error": CLOCKS[1],
+           "clocks_interval_s": clocks.INTERVAL_S,
            "rows": run.rows}
     only = set(filter(None, args.only.split(",")))
     run.rooflines()

@@ -40,6 +40,7 @@ import sys, tarfile
 with tarfile.open(sys.argv[1]) as t:
     t.extractall(".", filter="data")
 EOF
+    rm -rf .devcarry      # that copy's .git may not ignore it: it would enter record.tree_hash
     git config --worktree core.sparseCheckout false 2>/dev/null || true
     git config core.sparseCheckout false 2>/dev/null || true
     echo "device_golden: golden/ unpacked ($(find golden -type f | wc -l) files)"

@@ -341,7 +341,8 @@ def reproduce_table(rows) -> str:
     """One line per record: recorded and new medians, the signed difference, the tolerance
     (max(recorded spread, floor) x slack; marked 'f' when the floor decided it), the re-run's
     spread, whether the new median is in the widened
-    recorded range, and the verdict."""
+    recorded range, and the verdict; a line under it with the clocks under load of both runs
+    where both have them."""
     width = max([len(r["entry"]) for r in rows] + [5])
     head = (f"{'entry':<{width}}  {'recorded':>12}  {'new':>12}  {'diff':>8}  {'tol':>7}  "
             f"{'new spr':>7}  {'range':>5}  status")
@@ -357,4 +358,6 @@ def reproduce_table(rows) -> str:
                      f"{r['tolerance']:>6.2%}{'f' if r.get('tolerance_from') == 'floor' else ' '}"
                      f"  {r['new_spread']:>7.2%}  "
                      f"{'in' if r['within_range'] else 'out':>5}  {r['status']}")
+        if r.get("clocks"):
+            lines.append(f"{'':<{width}}  clocks under load: {r['clocks']['note']}")
     return "\n".join(lines)

@@ -22,7 +22,9 @@ The verdict for one record (`compare`), with ``diff = new median / recorded medi
 
 Reported beside the verdict, not deciding it: the re-run's own spread, and whether the new median
 lies in [min, max] of the recorded repeats widened by the re-run's spread,
-``[min x (1 - new spread), max x (1 + new spread)]`` (``within_range``).
+``[min x (1 - new spread), max x (1 + new spread)]`` (``within_range``); and where both the record
+and the re-run carry ``metric.clocks_under_load``, the SM clock, power and clock-event reasons of
+each (``clocks``, `clocks.compare`), so a shift can be read against a clock change.
 
 Reproduce compares medians; it does not submit. The re-run's commit, dirty flag and tree are
 reported (``new_git``) but checked against nothing: on a device the checkout's ``.git`` can be
@@ -44,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import MXRefError
+from . import clocks
 from .record import REPO
 from .submit import record_files
 
@@ -235,14 +238,18 @@ def compare(rec: dict, new: dict, *, slack: float = 1.0, floor: float = 0.0) -> 
     lo = min(m["repeats"]) * (1.0 - n["spread"])
     hi = max(m["repeats"]) * (1.0 + n["spread"])
     ok = abs(diff) <= tol or math.isclose(abs(diff), tol, rel_tol=1e-9)   # a rounding at the edge
-    return {"recorded_median": m["median"], "recorded_spread": m["spread"], "floor": floor,
-            "tolerance_from": "floor" if floor > m["spread"] else "spread",
-            "recorded_repeats": len(m["repeats"]), "new_median": n["median"],
-            "new_spread": n["spread"], "new_repeats": len(n["repeats"]), "difference": diff,
-            "tolerance": tol, "within_spread": ok,
-            "widened_range": [lo, hi], "within_range": lo <= n["median"] <= hi,
-            "status": "reproduced" if ok else "not-reproduced",
-            "new_git": new.get("git")}
+    out = {"recorded_median": m["median"], "recorded_spread": m["spread"], "floor": floor,
+           "tolerance_from": "floor" if floor > m["spread"] else "spread",
+           "recorded_repeats": len(m["repeats"]), "new_median": n["median"],
+           "new_spread": n["spread"], "new_repeats": len(n["repeats"]), "difference": diff,
+           "tolerance": tol, "within_spread": ok,
+           "widened_range": [lo, hi], "within_range": lo <= n["median"] <= hi,
+           "status": "reproduced" if ok else "not-reproduced",
+           "new_git": new.get("git")}
+    clk = clocks.compare(m.get("clocks_under_load"), n.get("clocks_under_load"))
+    if clk is not None:                 # both sides sampled their clocks under load
+        out["clocks"] = clk
+    return out
 
 
 def _row(path, rec, run_index) -> dict:

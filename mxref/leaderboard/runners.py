@@ -188,7 +188,9 @@ def combine_processes(docs: list[dict]) -> dict:
     per kernel, the repeats of every process in process order (``repeats_ms``), their median
     (``ms``) and the rate at it; ``processes`` and ``repeats_per_process`` say where they came
     from. A kernel counts only if it is ``ok`` in every process (a failed bit check in any
-    process keeps it out); a peer timed once per process gets the median of those times."""
+    process keeps it out); a peer timed once per process gets the median of those times. Each
+    process's ``clocks_under_load`` dict is kept, as a list in process order (None for a process
+    without one; no key where no process has one)."""
     base = docs[0]
     by = [{r["kernel"]: r for r in d["rows"]} for d in docs]
     rows = []
@@ -205,6 +207,9 @@ def combine_processes(docs: list[dict]) -> dict:
         ms = statistics.median(reps)
         new = dict(r, ms=ms, repeats_ms=reps, processes=len(docs),
                    repeats_per_process=[len(x.get("repeats_ms") or [x["ms"]]) for x in same])
+        clocks = [x.get("clocks_under_load") for x in same]      # one per process, in order
+        if any(c is not None for c in clocks):
+            new["clocks_under_load"] = clocks
         for k in ("gbps", "tflops"):
             if r.get(k):
                 new[k] = r[k] * r["ms"] / ms          # work / time at the new median
@@ -272,14 +277,20 @@ def ingest_gpu(out: Path, doc: dict, report: dict, rel: str, sha: str, command) 
               for p in peers if p["meta"]["peer_of"] == ("gemm" if gemm else "quantize")
               and (gemm or r.get("group") in ("quantize", "dual"))
               and p["meta"].get("format", meta["format"]) == meta["format"]]
+        # the rate follows the median of the repeats (do_bench medians)
+        metric = {"name": "kernel time", "unit": "ms", "lower_is_better": True,
+                  "repeats": r.get("repeats_ms") or [r["ms"]], "work": rate * r["ms"],
+                  "rate_unit": unit, "processes": int(r.get("processes", 1))}
+        clocks = r.get("clocks_under_load")
+        if isinstance(clocks, dict):             # one process's document, not combined
+            clocks = [clocks]
+        if clocks:
+            metric["clocks_under_load"] = clocks
         rec = make_record(
             suite="gpu-kernels", entry=r["kernel"], group=r.get("group", "quantize"),
             impl=meta["impl"], op=meta["op"], fmt=meta["format"], profile=meta["profile"],
             params={"size": doc["size"], **meta.get("params", {})},
-            # the rate follows the median of the repeats (do_bench medians)
-            metric={"name": "kernel time", "unit": "ms", "lower_is_better": True,
-                    "repeats": r.get("repeats_ms") or [r["ms"]], "work": rate * r["ms"],
-                    "rate_unit": unit, "processes": int(r.get("processes", 1))},
+            metric=metric,
             roofline={"name": roof["kernel"].removeprefix("roofline: "),
                       "median": roof["ms"], "unit": "ms", "rate": rrate, "rate_unit": unit,
                       "ratio_label": "of copy" if not gemm else "x cuBLAS BF16",

@@ -26,6 +26,25 @@ _nstr = {"type": ["string", "null"]}
 _samples = {"type": "array", "items": _pos, "minItems": 1}
 _blocks = {"type": "array", "items": {"type": "integer", "minimum": 1}, "minItems": 1}
 _together = {"samples": ["blocks", "repeats"], "blocks": ["samples"]}
+_nnum = {"type": ["number", "null"]}
+_count = {"type": "integer", "minimum": 0}
+
+# one timing process's clocks while a kernel was timed (clocks.reduce_samples); the numbers are
+# null where no sample had them, and `error` says why where a sample failed or none was taken
+_clocks = {
+    "type": "object",
+    "required": ["source", "samples"],
+    "additionalProperties": False,
+    "properties": {
+        "source": {"enum": ["nvml", "nvidia-smi", None]},
+        "samples": _count,
+        "sm_mhz_median": _nnum, "sm_mhz_min": _nnum, "sm_mhz_max": _nnum,
+        "mem_mhz_median": _nnum, "power_w_median": _nnum, "temp_c_max": _nnum,
+        "reasons": {"type": "array", "items": _str},             # clock-event reasons, by name
+        "reason_samples": {"type": "object", "additionalProperties": _count},
+        "errors": _count, "error": _nstr,
+    },
+}
 
 _measure = {
     "type": "object",
@@ -69,6 +88,10 @@ RECORD_SCHEMA = {
                 "samples": _samples, "blocks": _blocks,
                 # separate processes the repeats came from, in process order (run --processes)
                 "processes": {"type": "integer", "minimum": 1},
+                # GPU: the clocks while this kernel was timed, one entry per process, in
+                # process order (absent in older records)
+                "clocks_under_load": {"type": "array", "minItems": 1,
+                                      "items": {"oneOf": [{"type": "null"}, _clocks]}},
                 "rate": {"type": ["number", "null"]},            # work / median (GB/s, TFLOP/s, ...)
                 "rate_unit": _nstr,
             },
