@@ -5,8 +5,8 @@
 #            medians                                                               <= 575 s
 #   profile  scripts/gpu_profile_mxlinear.py: one MXLinear step with the profiler  <= 120 s
 #   train    mxref leaderboard run train: llama-30m bf16 vs the recipes in LB_RECIPES
-#            (default mxfp4-fdw,nvfp4-te), 20 steps of 8192 tokens, in-run validation
-#            every 10                                                             <= 420 s
+#            (default mxfp4-fdw,nvfp4-te), LB_TOKENS (default 163840: 20 steps of 8192
+#            tokens), in-run validation every 10; repeats are medians of 5-step blocks <= 420 s
 #   step     bench/train_step.py: llama-125m seq 1024, bf16 vs STEP_RECIPES (default mxfp4-fdw,
 #            fast path) and STEP_GENERIC (default mxfp4-fdw) on the generic path   <= 300 s
 #   qdq      scripts/gpu_qdq_check.py: fake-quantization kernel bits + capture + timing <= 150 s
@@ -33,7 +33,7 @@ for p in "$@"; do
     profile) part profile 120 python3 scripts/gpu_profile_mxlinear.py ;;
     train)   part train 420 python3 -m mxref.cli leaderboard run train --out "$OUT/lb" \
                --device cuda --model llama-30m --recipes "${LB_RECIPES:-mxfp4-fdw,nvfp4-te}" \
-               --tokens 163840 \
+               --tokens "${LB_TOKENS:-163840}" \
                --seq-len 512 --batch-size 16 --validate-every 10 --threads 0 ;;
     step)    part step 300 python3 bench/train_step.py --model llama-125m --seq-len 1024 \
                --batch-size 16 --recipes "${STEP_RECIPES:-bf16,mxfp4-fdw}" \
