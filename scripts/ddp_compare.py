@@ -1,6 +1,7 @@
 """Compare single-GPU training runs with their DDP twins (scripts/gpu_ddp.sh writes them).
 
     python scripts/ddp_compare.py RUNS_DIR --out OUT [--step-rtol 0.01] [--tail-atol 0.01]
+                                  [--noise-factor 2]
 
 RUNS_DIR holds, per recipe R, ``R-single`` (one GPU), ``R-rerun`` (the same command again on
 the other GPU: the run-to-run noise of one GPU), ``R-accum2`` (one GPU, ``--grad-accum 2``: the
@@ -12,8 +13,12 @@ the tail-mean training loss (last 20% of steps), and each run's median step time
 (step 0, steps that captured operands and steps that timed the quantizers excluded).
 
 Verdict per recipe: the DDP run matches when its early steps are within ``--step-rtol`` relative
-and its tail-mean loss within ``--tail-atol`` nats of the one-GPU run that computes the same
-thing: ``R-accum2`` where present (same micro-batch GEMM shapes, so the same cuBLAS kernels and the
+and its tail-mean loss within the tail tolerance of the one-GPU run that computes the same
+thing. The tail tolerance is max(``--tail-atol``, ``--noise-factor`` x the largest |tail-mean
+difference| between R-single and R-rerun over the recipes of the job): on CUDA the same command
+run twice already differs (non-deterministic kernels feed a chaotic trajectory; on an H200 pair
+the reruns' tail means differed by up to 0.028 nats after 150 steps), so a fixed 0.01 nats,
+the tolerance first stated, failed the reruns themselves. The one-GPU run it is held to is ``R-accum2`` where present (same micro-batch GEMM shapes, so the same cuBLAS kernels and the
 same per-micro-batch quantization statistics; only the order of the gradient sum differs), else
 ``R-single``. Single vs ddp is reported beside it.
 Writes OUT/ddp_compare.json, OUT/ddp_compare.md and OUT/ddp_compare.png; exits 1 when a recipe
@@ -73,13 +78,15 @@ def main(argv=None) -> int:
     ap.add_argument("--early", type=int, default=20)
     ap.add_argument("--step-rtol", type=float, default=0.01)
     ap.add_argument("--tail-atol", type=float, default=0.01)
+    ap.add_argument("--noise-factor", type=float, default=2.0)
     a = ap.parse_args(argv)
     recipes = sorted({p.name.rsplit("-", 1)[0] for p in a.runs.iterdir()
                       if p.is_dir() and p.name.rsplit("-", 1)[-1] in KINDS})
     if not recipes:
         print(f"no R-single / R-rerun / R-ddp runs under {a.runs}", file=sys.stderr)
         return 2
-    out = {"step_rtol": a.step_rtol, "tail_atol": a.tail_atol, "early": a.early, "recipes": {}}
+    out = {"step_rtol": a.step_rtol, "tail_atol": a.tail_atol, "noise_factor": a.noise_factor,
+           "early": a.early, "recipes": {}}
     try:
         for r in recipes:
             runs = {k: load(a.runs / f"{r}-{k}") for k in KINDS if (a.runs / f"{r}-{k}").is_dir()}
@@ -94,9 +101,6 @@ def main(argv=None) -> int:
             if ref == "accum2":
                 res["accum2_vs_ddp"] = pair(runs["accum2"], runs["ddp"], a.early)
             res["verdict_against"] = ref
-            d = res["accum2_vs_ddp" if ref == "accum2" else "ddp"]
-            res["match"] = (d["max_rel_early"] <= a.step_rtol and
-                            abs(d["tail_mean_diff"]) <= a.tail_atol)
             res["ddp_speedup"] = (runs["ddp"]["tokens_per_s"] / runs["single"]["tokens_per_s"]
                                   if runs["ddp"]["tokens_per_s"] and
                                   runs["single"]["tokens_per_s"] else None)
@@ -105,6 +109,13 @@ def main(argv=None) -> int:
     except SystemExit as e:
         print(e, file=sys.stderr)
         return 2
+    noise = max((abs(r["rerun"]["tail_mean_diff"]) for r in out["recipes"].values()
+                 if "rerun" in r), default=0.0)
+    out["rerun_tail_noise"] = noise
+    out["tail_tolerance"] = tol = max(a.tail_atol, a.noise_factor * noise)
+    for res in out["recipes"].values():
+        d = res["accum2_vs_ddp" if res["verdict_against"] == "accum2" else "ddp"]
+        res["match"] = d["max_rel_early"] <= a.step_rtol and abs(d["tail_mean_diff"]) <= tol
     a.out.mkdir(parents=True, exist_ok=True)
     _plot(out, a.out / "ddp_compare.png")
     for res in out["recipes"].values():
@@ -118,8 +129,10 @@ def main(argv=None) -> int:
 
 def _markdown(out) -> str:
     lines = [f"Verdict: DDP's early steps (first {out['early']}) within {out['step_rtol']:g} "
-             f"relative and its tail-mean loss within {out['tail_atol']:g} nats of the one-GPU run "
-             "with the same micro-batches (accum2 where present, else single).", "",
+             f"relative and its tail-mean loss within {out['tail_tolerance']:.4f} nats "
+             f"(max({out['tail_atol']:g}, {out['noise_factor']:g} x {out['rerun_tail_noise']:.4f}, "
+             "the largest one-GPU rerun difference)) of the one-GPU run with the same "
+             "micro-batches (accum2 where present, else single).", "",
              "| recipe | pair | max rel. dL, first steps | max rel. dL, all | tail-mean dL (nats)"
              " | identical steps | tokens/s (single -> other) | match |",
              "|---|---|---|---|---|---|---|---|"]
