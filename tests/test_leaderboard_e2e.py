@@ -74,6 +74,9 @@ def test_gpu_ingest_is_accepted(tmp_path, triton_report):
     assert rec["metric"]["rate"] == pytest.approx(copy_bw * 0.5)   # bytes / median
     assert rec["roofline"]["ratio"] == pytest.approx(0.5)
     assert [p["name"] for p in rec["peers"]] == ["torch-eager emulation bf16->mxfp4 ocp"]
+    # the peer's ratio is its rate over the copy roofline's, not the bench row's own `ratio`
+    # (one process's, 0.05 here)
+    assert rec["peers"][0]["ratio"] == pytest.approx(50.0 / copy_bw)
     bad = check_record(by["rceil"], allow_dirty=True)
     assert any("no passing verify of quantize_mx mxfp4 rceil" in x for x in bad.problems)
 

@@ -252,6 +252,16 @@ def run_gpu(out: Path, *, size: int, repeats: int, levels, command: list[str],
     return ingest_gpu(out, doc, report, rel, sha, command)
 
 
+def _peer_ratio(p: dict, roofs: dict):
+    """A peer's rate over its roofline's rate (cuBLAS BF16 for TFLOP/s, copy for GB/s), both at
+    the medians of the combined processes; the bench's own ``ratio`` is one process's."""
+    key, rk = ("tflops", "bf16_matmul") if "tflops" in p else ("gbps", "copy")
+    roof = roofs.get(rk) or {}
+    if p.get(key) and roof.get(key):
+        return p[key] / roof[key]
+    return p.get("ratio")
+
+
 def ingest_gpu(out: Path, doc: dict, report: dict, rel: str, sha: str, command) -> list[Path]:
     d = doc["device"]
     acc = {"name": d["gpu"], "runtime": f"CUDA {d['cuda']}" if d.get("cuda") else
@@ -272,7 +282,7 @@ def ingest_gpu(out: Path, doc: dict, report: dict, rel: str, sha: str, command) 
         rrate = roof["tflops"] if gemm else roof["gbps"]
         pe = [{"name": p["kernel"].removeprefix("peer: "), "median": p["ms"], "unit": "ms",
                "rate": p.get("tflops", p.get("gbps")),
-               "rate_unit": "TFLOP/s" if "tflops" in p else "GB/s", "ratio": p.get("ratio"),
+               "rate_unit": "TFLOP/s" if "tflops" in p else "GB/s", "ratio": _peer_ratio(p, roofs),
                "ratio_label": p.get("ratio_label")}
               for p in peers if p["meta"]["peer_of"] == ("gemm" if gemm else "quantize")
               and (gemm or r.get("group") in ("quantize", "dual"))
