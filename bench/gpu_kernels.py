@@ -344,6 +344,36 @@ class Run:
                                         params={"hadamard": hn, "signs": "none",
                                                 "packed": True}))
 
+            # the training path's Wgrad rotation (nvfp4-te): TE's fixed 16-point signs, the
+            # plain rotation (fp32 out, for the SR operand) and rotate + NVFP4 RNE fused
+            def run_h16():
+                return rot.rotate(x, 16, signs="te16")
+
+            def check_h16():
+                y = run_h16().cpu().numpy().view(np.uint32)
+                ref = mxref.rotate(xc, 16, signs="te16").view(np.uint32)
+                d = int((y != ref).sum())
+                return d == 0, f"{d} element mismatches of {ref.size}"
+            self.membound("Hadamard-16 rotate bf16->fp32 (TE signs)", run_h16, 2 * N + 4 * N,
+                          check_h16, group="rotate",
+                          meta=dict(op="rotate", format="hadamard", profile="ocp",
+                                    impl="triton Hadamard butterfly",
+                                    params={"hadamard": 16, "signs": "te16"}))
+
+            def run_rot_nv():
+                return rot.quantize_rotated(x.unsqueeze(0), "nvfp4", "te_nvfp4", 16,
+                                            signs="te16")
+
+            def check_rot_nv():
+                return nvfp4_same(run_rot_nv(), mxref.quantize_rotated(
+                    xc, "nvfp4", "te_nvfp4", 16, signs="te16"))
+            self.membound("fused Hadamard-16 + quantize bf16->nvfp4 te_nvfp4 (TE signs, "
+                          "unpacked)", run_rot_nv, 2 * N + N + N / 16, check_rot_nv,
+                          group="rotate",
+                          meta=dict(op="quantize_rotated", format="nvfp4", profile="te_nvfp4",
+                                    impl="triton fused Hadamard (amax pass + quantize)",
+                                    params={"hadamard": 16, "signs": "te16"}))
+
         # FP8 <-> FP4
         cv = ks.modules.get("triton_convert")
         if cv is not None:

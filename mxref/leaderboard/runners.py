@@ -174,8 +174,9 @@ def run_cpu(out: Path, *, size: int, rounds: int, command: list[str],
 
 
 # ---------------------------------------------------------------------------------------------
-GPU_OPS = ["quantize_mx", "quantize_mx_sr", "quantize_rotated", "dequantize", "mxfp4_to_fp8",
-           "gemm", "quantize_nvfp4", "quantize_nvfp4_sr", "fp8_to_mxfp4", "reblock"]
+GPU_OPS = ["quantize_mx", "quantize_mx_sr", "rotate", "quantize_rotated", "dequantize",
+           "mxfp4_to_fp8", "gemm", "quantize_nvfp4", "quantize_nvfp4_sr", "fp8_to_mxfp4",
+           "reblock"]
 
 
 def default_jobs() -> int:
@@ -228,7 +229,8 @@ def run_gpu(out: Path, *, size: int, repeats: int, levels, command: list[str],
     _need_checkout("bench/gpu_kernels.py")
     out.mkdir(parents=True, exist_ok=True)
     log = out / "run.log"
-    report, rel, sha = _verify(out, "triton", GPU_OPS, ["mxfp4", "mxfp8_e4m3", "nvfp4"],
+    report, rel, sha = _verify(out, "triton", GPU_OPS,
+                               ["mxfp4", "mxfp8_e4m3", "nvfp4", "hadamard"],
                                ["ocp", "rceil", "te_nvfp4"], levels, log, jobs=jobs)
     docs = []
     cache = out / "gemm-reference-cache"
