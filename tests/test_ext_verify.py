@@ -210,3 +210,15 @@ def test_each_new_runner_catches_a_single_flipped_bit(op):
     rep = verify(_corrupting(op)(), ops=[op], levels=(0,))
     s = rep.doc["summary"]
     assert rep.exit_code == 1 and s["mismatched_cases"] > 0, s
+
+
+def test_a_format_the_corpus_names_can_be_selected():
+    # the rotate op's files are format "hadamard", which is no MX format: `verify -f hadamard`
+    # selects them (leaderboard run gpu needs it); a name neither mxref nor the corpus knows is
+    # still refused
+    from mxref.verify.engine import SelectionError
+    _, files = select_files(ROOT, levels=(0, 1), ops=["rotate", "quantize_mx"],
+                            formats=["hadamard"])
+    assert files and {(gf.op, gf.fmt) for gf in files} == {("rotate", "hadamard")}
+    with pytest.raises(SelectionError, match="unknown format"):
+        select_files(ROOT, levels=(0,), formats=["hadamard5"])

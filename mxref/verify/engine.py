@@ -68,8 +68,11 @@ def select_files(root: Path, *, levels=(1,), ops=None, profiles=None, formats=No
         if version and version != doc.get("suite_version"):
             raise GoldenIntegrityError(Path(root) / "MANIFEST.json", "suite version",
                                        f"asked for {version}, corpus is {doc.get('suite_version')}")
+    # a format is known when mxref defines it or the corpus names it (the rotate op's files
+    # are format "hadamard")
+    corpus_formats = {f for e in doc["files"].values() for f in e["format"].split("+")}
     for what, given, known in (("op", ops, GOLDEN_OPS), ("profile", profiles, PROFILES),
-                               ("format", formats, FORMATS)):
+                               ("format", formats, sorted(set(FORMATS) | corpus_formats))):
         bad = sorted(set(given or ()) - set(known))
         if bad:
             raise SelectionError(f"unknown {what}(s): {', '.join(bad)}; known: {', '.join(known)}")
