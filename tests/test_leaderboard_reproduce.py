@@ -310,7 +310,7 @@ def test_single_record_api(tmp_path, suite, monkeypatch):
                                      "--out", "x"]))
 
 
-def test_recorded_stutter_is_repaired_and_the_committed_gpu_records_are_one_run():
+def test_recorded_stutter_is_repaired_and_the_committed_gpu_records_group_by_command():
     cmd, notes = rp.repaired(["python3", "-m", "mxref.cli", "-m", "mxref.cli", "leaderboard",
                               "run", "gpu", "--out", "O"])
     assert cmd == ["python3", "-m", "mxref.cli", "leaderboard", "run", "gpu", "--out", "O"]
@@ -318,9 +318,20 @@ def test_recorded_stutter_is_repaired_and_the_committed_gpu_records_are_one_run(
     assert rp.repaired(cmd) == (cmd, [])
     items = rp.load_records(["bench/results/leaderboard/records/gpu-kernels"])
     assert len(items) >= 30
-    (run,) = rp.plan(items)
-    assert run.argv[:6] == ["python3", "-m", "mxref.cli", "leaderboard", "run", "gpu"]
-    (run,) = rp.plan(items[:2], only_needed=True)
+    # one run per distinct recorded command, --out aside (the store holds a full run's records
+    # and records of `run gpu --kernel ...` runs); every record in exactly one run
+    def key(rec):
+        argv = rp.repaired(rec["command"])[0]
+        i = argv.index("--out")
+        return tuple(argv[:i] + argv[i + 2:])
+    runs = rp.plan(items)
+    assert len(runs) == len({key(rec) for _, rec in items})
+    assert sum(len(r.members) for r in runs) == len(items)
+    assert all(r.argv[:6] == ["python3", "-m", "mxref.cli", "leaderboard", "run", "gpu"]
+               for r in runs)
+    assert max(len(r.members) for r in runs) >= 30            # the full run
+    full = [(p, rec) for p, rec in items if "--kernel" not in rec["command"]]
+    (run,) = rp.plan(full[:2], only_needed=True)
     assert run.argv.count("--kernel") == 2
 
 
