@@ -77,22 +77,24 @@ def _do_bench(fn, reps):
     return triton.testing.do_bench(fn, warmup=25, rep=reps, return_mode="median")
 
 
-def bench(fn, reps=200):
-    """One do_bench median, with the clocks sampled meanwhile (LAST_CLOCKS)."""
+def _sampled(timing):
+    """timing(), with the clocks sampled meanwhile (into LAST_CLOCKS)."""
     LAST_CLOCKS.clear()
     with clocks.under_load(*CLOCKS) as box:
-        ms = _do_bench(fn, reps)
+        out = timing()
     LAST_CLOCKS.update(box)
-    return ms
+    return out
+
+
+def bench(fn, reps=200):
+    """One do_bench median, with the clocks sampled meanwhile (LAST_CLOCKS)."""
+    return _sampled(lambda: _do_bench(fn, reps))
 
 
 def bench_repeats(fn, reps=200):
     """Median of REPEATS independent do_bench medians, and the medians themselves; the clocks
     sampled over all of them (LAST_CLOCKS)."""
-    LAST_CLOCKS.clear()
-    with clocks.under_load(*CLOCKS) as box:
-        ms = [_do_bench(fn, reps) for _ in range(REPEATS)]
-    LAST_CLOCKS.update(box)
+    ms = _sampled(lambda: [_do_bench(fn, reps) for _ in range(REPEATS)])
     return float(np.median(ms)), ms
 
 
