@@ -291,3 +291,17 @@ def test_gpu_quantized_training_with_in_run_validation(tmp_path):
     checks = [json.loads(x) for x in (tmp_path / "g" / "checks.jsonl").read_text().splitlines()]
     assert checks and all(c["ok"] for c in checks)
     assert len({c["layer"] for c in checks}) == 4
+
+
+def test_experiment_plan_validates_quantized_arms_only(tmp_path):
+    """``--validate-every`` on an experiment reaches every quantized arm and not the bf16
+    baseline: bf16 refuses the option, so passing it through lost the baseline arm (its
+    TrainConfig raised and the grid had nothing to pair against)."""
+    from mxkernels.training.experiments import plan
+    cfgs = plan("amd", "tiny", [0, 1], tmp_path, validate_every=7)
+    by = {(c.recipe, c.seed): c for c in cfgs}
+    assert len(by) == 14
+    assert by[("bf16", 0)].validate_every == 0 and by[("bf16", 1)].validate_every == 0
+    assert all(c.validate_every == 7 for c in cfgs if c.recipe != "bf16")
+    for c in cfgs:
+        c.validate(1)                                   # every arm is a valid config

@@ -99,6 +99,8 @@ def plan(name: str, scale: str, seeds, out: Path, **overrides) -> list:
     for seed in seeds:
         for recipe in exp["recipes"]:
             kw = {**sc, **{k: v for k, v in overrides.items() if v is not None}}
+            if recipe == "bf16":
+                kw.pop("validate_every", None)   # the baseline has no MX layer to check
             cfgs.append(TrainConfig(model=model_for(exp, size), recipe=recipe, seed=seed,
                                     out=str(out / f"{recipe}-s{seed}"), **kw))
     return cfgs

@@ -295,8 +295,12 @@ def _mx_block(t, spec, backend, sr_seed, fmt=None, prof=None):
             one = torch.tensor(1.0, dtype=torch.float32, device=t.device)
             v = te.dequantize_nvfp4(s, c, one).view(torch.float32)
         return s, c, v, ts
-    if backend == "triton" and prof.name in _TRITON_PROFILES:
-        if prof.rounding == "stochastic":
+    sr = prof.rounding == "stochastic"
+    # an SR operand's profile is "<base>+sr" (see _profile): the Triton SR op takes the base
+    # profile and draws its words in-kernel; testing prof.name here sent every MX SR operand to
+    # the host-side words + torch emulation below (70x bf16 on llama-30m)
+    if backend == "triton" and (spec.profile if sr else prof.name) in _TRITON_PROFILES:
+        if sr:
             s, c = torch.ops.mxkernels.quantize_sr(t.contiguous(), fmt, spec.profile, -1,
                                                    int(sr_seed), 0)
         else:
