@@ -51,7 +51,7 @@ import numpy as np
 import torch
 import triton
 import triton.language as tl
-from mxkernels._memo import memo_dict
+from mxkernels._memo import DeviceConsts, memo_dict
 
 from mxkernels.triton_sr import _philox4 as _philox_word0  # Philox4x32-10, word 0
 from mxkernels.triton_fast import _orient as _fast_orient   # the fast MX encoder (@jit)
@@ -617,6 +617,9 @@ def _num_warps(num_warps, rows, w):
     return 8 if rows * w >= 4096 else 4
 
 
+_DEVICE_MASKS = DeviceConsts()
+
+
 def _sign_mask(signs, n: int, device, seed=0, step=0, tensor_id=0):
     """(int32 tensor [n] of 0 / 0x80000000 sign masks, has_signs) for signs= in the launchers."""
     if isinstance(signs, str):
@@ -626,7 +629,7 @@ def _sign_mask(signs, n: int, device, seed=0, step=0, tensor_id=0):
             if n != 16:
                 raise KernelUnsupported(f"signs='te16' is TransformerEngine's 16-entry vector, "
                                         f"defined for n=16 only, not n={n}")
-            d = torch.tensor(TE16_SIGNS, dtype=torch.int32, device=device)
+            d = _DEVICE_MASKS.get(torch.tensor(TE16_SIGNS, dtype=torch.int32), device)
         elif signs == "random":
             d = random_signs(n, seed=seed, step=step, tensor_id=tensor_id,
                              device=device).to(torch.int32)
@@ -646,8 +649,10 @@ def _sign_mask(signs, n: int, device, seed=0, step=0, tensor_id=0):
             i = int(torch.nonzero(bad)[0, 0])
             raise KernelUnsupported(f"signs entries must be +1 or -1; entry {i} is "
                                     f"{d[i].item()!r}")
-        d = (d < 0).to(torch.int32).to(device)
-        return (d << 31).contiguous(), True
+        mask = ((d < 0).to(torch.int32) << 31).contiguous()
+        if mask.device.type == "cpu":
+            return _DEVICE_MASKS.get(mask, device), True    # no host sync on a repeat
+        return mask.to(device), True
     return ((d < 0).to(torch.int32) << 31).contiguous(), True
 
 

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from mxkernels._memo import DeviceConsts
 from mxref.errors import RecipeError
 from mxref.formats import get_format
 
@@ -146,6 +147,9 @@ class _Ctx:
                           0 if side == "a" else 1)
 
 
+_SIGNS = DeviceConsts()      # sign vectors on the GPU: no host sync per rotated GEMM
+
+
 def _pad_to(t: torch.Tensor, mult: int) -> torch.Tensor:
     c = t.shape[-1]
     r = (-c) % mult
@@ -212,7 +216,7 @@ def run_gemm(ctx: _Ctx, gemm: str, a: torch.Tensor, b: torch.Tensor,
     signs = ctx.signs(gemm, g, a.device)
     signs_t = None
     if signs is not None:
-        signs_t = torch.from_numpy(signs.astype(np.float32)).to(a.device)
+        signs_t = _SIGNS.get(torch.from_numpy(signs.astype(np.float32)), a.device)
         a, b = _pad_to(a, g.hadamard_n), _pad_to(b, g.hadamard_n)
         if rec is not None:
             rec["signs"] = signs.copy()
