@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from mxkernels import torch_emu as te
+from mxkernels._memo import DeviceConsts
 from mxref.formats import get_format
 from mxref.profiles import get_profile
 
@@ -253,6 +254,10 @@ _E2M1_VALUES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0,
                 -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0)
 
 
+_E2M1_LUT = torch.tensor(_E2M1_VALUES, dtype=torch.float32)
+_CONSTS = DeviceConsts()
+
+
 def nvfp4_values(scales: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
     """NVFP4 e2m1 x e4m3 block values in fp32 (tensor scale 1), in the float domain.
 
@@ -260,7 +265,7 @@ def nvfp4_values(scales: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
     exact in fp32 (the smallest, 0.5 x 2^-9, is a normal fp32 number); the bits equal
     ``torch_emu.dequantize_nvfp4(scales, codes, 1.0)`` for every code/scale pair but the NaN
     scales, which give a NaN of another payload (tests compare all 16 x 256 pairs)."""
-    lut = torch.tensor(_E2M1_VALUES, dtype=torch.float32, device=codes.device)
+    lut = _CONSTS.get(_E2M1_LUT, codes.device)          # no host sync per operand
     sv = scales.view(torch.float8_e4m3fn).to(torch.float32)
     sv = sv.repeat_interleave(16, dim=-1)[..., :codes.shape[-1]]
     return lut[codes.long()] * sv
