@@ -218,15 +218,28 @@ def plot(report: dict, path: Path, title: str = "") -> None:
 
     runs = report["_loaded"]
     fig, (ax1, ax2) = plt.subplots(2, 1, figsize=(9, 8), sharex=True)
+    # one colour per recipe (the same in both panels), one line style per seed
+    recipes = list(dict.fromkeys(r["recipe"] for r in runs if r["recipe"] != "bf16"))
+    palette = plt.get_cmap("tab10").colors
+    colour = {n: palette[i % len(palette)] for i, n in enumerate(recipes)}
+    colour["bf16"] = "black"
+    seeds = sorted({r["seed"] for r in runs}, key=str)
+    dash = {s: ("-", "--", ":", "-.")[i % 4] for i, s in enumerate(seeds)}
+
+    def style(r, lw):
+        return {"color": colour[r["recipe"]], "ls": dash[r["seed"]],
+                "lw": 2 if r["recipe"] == "bf16" else lw}
+
     for r in runs:
         if len(r["loss"]) == 0:
             continue
         a = ema_alpha(len(r["loss"]))
-        style = {"color": "black", "lw": 2} if r["recipe"] == "bf16" else {"lw": 1.2}
-        ax1.plot(r["tokens"], ema(r["loss"], a), label=f"{r['recipe']} s{r['seed']}", **style)
+        ax1.plot(r["tokens"], ema(r["loss"], a), label=f"{r['recipe']} s{r['seed']}",
+                 **style(r, 1.2))
         if r["val"]:
             vt, vl = zip(*r["val"])
-            ax1.plot(vt, vl, "o", ms=3, color=ax1.lines[-1].get_color())
+            ax1.plot(vt, vl, "o", ms=3, color=colour[r["recipe"]])
+    ax1.set_yscale("log")
     bases = {b["pair_key"]: b for b in runs if b["recipe"] == "bf16"}
     for r in runs:
         b = bases.get(r["pair_key"])
@@ -236,7 +249,7 @@ def plot(report: dict, path: Path, title: str = "") -> None:
         if n == 0:
             continue
         d = ema(r["loss"][:n] - b["loss"][:n], ema_alpha(n))
-        ax2.plot(r["tokens"][:n], d, label=f"{r['recipe']} s{r['seed']}")
+        ax2.plot(r["tokens"][:n], d, label=f"{r['recipe']} s{r['seed']}", **style(r, 1.2))
     ax2.axhline(0, color="black", lw=1)
     ax1.set_ylabel("train loss (EMA; dots: val)")
     ax2.set_ylabel("paired dL vs bf16 (EMA)")
