@@ -151,3 +151,21 @@ def test_cpu_and_training_suites_end_to_end(tmp_path):
     r = _cli(["leaderboard", "build", str(store), "--out", str(site), "--json"])
     md = (site / "LEADERBOARD.md").read_text()
     assert "record_sha256 does not match" in md, md[-2000:]
+
+
+def test_subprocesses_do_not_inherit_xdist_worker_variables(tmp_path, monkeypatch):
+    """Under `pytest -n`, PYTEST_XDIST_WORKER reached the benchmark subprocess and
+    pytest-benchmark switched itself off ("disabled because xdist plugin is active"), so
+    `run cpu` read an empty JSON. The runner's subprocesses start without those variables."""
+    from mxref.leaderboard import runners
+    monkeypatch.setenv("PYTEST_XDIST_WORKER", "gw0")
+    monkeypatch.setenv("PYTEST_XDIST_WORKER_COUNT", "2")
+    monkeypatch.setenv("MXREF_KEEP_ME", "1")
+    log = tmp_path / "log"
+    rc = runners._run([sys.executable, "-c",
+                       "import os; print(sorted(k for k in os.environ if k.startswith(('PYTEST_', 'MXREF_KEEP'))))"],
+                      log, {"PYTEST_EXTRA": "x"})
+    assert rc == 0
+    seen = log.read_text()
+    assert "MXREF_KEEP_ME" in seen and "PYTEST_EXTRA" in seen
+    assert "PYTEST_XDIST" not in seen

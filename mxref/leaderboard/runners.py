@@ -55,8 +55,16 @@ def _write(out: Path, rec: dict) -> Path:
     return p
 
 
+# pytest-xdist's worker variables turn pytest-benchmark off in any pytest a worker starts
+# ("Benchmarks are automatically disabled because xdist plugin is active"): the timing
+# subprocess then wrote an empty JSON when the suite itself ran under `pytest -n`.
+_PARENT_PYTEST_ENV = ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT",
+                      "PYTEST_XDIST_TESTRUNUID", "PYTEST_CURRENT_TEST")
+
+
 def _run(cmd, log, env=None, timeout=None):
-    e = dict(os.environ, **(env or {}))
+    e = {k: v for k, v in os.environ.items() if k not in _PARENT_PYTEST_ENV}
+    e.update(env or {})
     print("+ " + " ".join(map(str, cmd)), file=sys.stderr, flush=True)
     with open(log, "a") as f:
         proc = subprocess.run([str(c) for c in cmd], cwd=REPO, env=e, stdout=f,
@@ -120,7 +128,11 @@ def run_cpu(out: Path, *, size: int, rounds: int, command: list[str],
         if rc != 0 or not bj.is_file():
             raise RunnerError(f"the CPU benchmark (process {i + 1} of {processes}) failed "
                               f"(exit {rc}); see {log}")
-        doc = json.loads(bj.read_text())
+        try:
+            doc = json.loads(bj.read_text())
+        except ValueError as exc:
+            raise RunnerError(f"the CPU benchmark (process {i + 1} of {processes}) wrote no "
+                              f"valid JSON to {bj} ({exc}); see {log}") from None
         bj.unlink()
         for b in doc["benchmarks"]:
             k = (b["extra_info"].get("impl"), b["extra_info"].get("fmt"))
