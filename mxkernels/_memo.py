@@ -69,6 +69,3 @@ class DeviceConsts:
                 self._d.clear()
             v = self._d[key] = host.pin_memory().to(device, non_blocking=True)
         return v
-
-    def clear(self) -> None:
-        self._d.clear()

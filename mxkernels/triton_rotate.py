@@ -618,6 +618,7 @@ def _num_warps(num_warps, rows, w):
 
 
 _DEVICE_MASKS = DeviceConsts()
+_TE16_HOST = torch.tensor(TE16_SIGNS, dtype=torch.int32)
 
 
 def _sign_mask(signs, n: int, device, seed=0, step=0, tensor_id=0):
@@ -629,7 +630,7 @@ def _sign_mask(signs, n: int, device, seed=0, step=0, tensor_id=0):
             if n != 16:
                 raise KernelUnsupported(f"signs='te16' is TransformerEngine's 16-entry vector, "
                                         f"defined for n=16 only, not n={n}")
-            d = _DEVICE_MASKS.get(torch.tensor(TE16_SIGNS, dtype=torch.int32), device)
+            d = _DEVICE_MASKS.get(_TE16_HOST, device)
         elif signs == "random":
             d = random_signs(n, seed=seed, step=step, tensor_id=tensor_id,
                              device=device).to(torch.int32)

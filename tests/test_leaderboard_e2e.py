@@ -169,3 +169,18 @@ def test_subprocesses_do_not_inherit_xdist_worker_variables(tmp_path, monkeypatc
     seen = log.read_text()
     assert "MXREF_KEEP_ME" in seen and "PYTEST_EXTRA" in seen
     assert "PYTEST_XDIST" not in seen
+
+
+def test_an_unreadable_benchmark_json_is_a_runner_error(tmp_path, monkeypatch):
+    """A benchmark process that exits 0 but leaves an empty JSON (what the xdist leak did) is a
+    RunnerError naming the file, not a JSONDecodeError."""
+    from mxref.leaderboard import runners
+
+    def fake_run(cmd, log, env=None, timeout=None):
+        out = next(str(c).split("=", 1)[1] for c in cmd if str(c).startswith("--benchmark-json="))
+        open(out, "w").close()
+        return 0
+    monkeypatch.setattr(runners, "_run", fake_run)
+    monkeypatch.setattr(runners, "_verify", lambda *a, **k: ({"status": "pass"}, "v.json", "0"))
+    with pytest.raises(runners.RunnerError, match="wrote no valid JSON"):
+        runners.run_cpu(tmp_path / "lb", size=64, rounds=2, command=["x"])

@@ -13,7 +13,7 @@ from mxkernels._memo import DeviceConsts
 CUDA = torch.cuda.is_available()
 
 
-def test_device_consts_cpu_is_identity_and_cache_is_keyed_by_content():
+def test_device_consts_returns_a_cpu_tensor_itself_without_copying():
     c = DeviceConsts(cap=2)
     a = torch.tensor([1.0, -1.0])
     assert c.get(a, "cpu") is a and c.misses == 0
