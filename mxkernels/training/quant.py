@@ -337,12 +337,10 @@ except Exception:  # pragma: no cover
 
 
 def _bitlen(x):
-    n = torch.zeros_like(x)
-    for s in (32, 16, 8, 4, 2, 1):
-        m = x >= (1 << s)
-        n = n + m.to(_I64) * s
-        x = torch.where(m, x >> s, x)
-    return n + (x > 0).to(_I64)
+    """Bit length of non-negative int64 values below 2^53: the frexp exponent of the exactly
+    converted float64 (x = m 2^e with m in [0.5, 1) has e bits; 0 for 0). Two launches; the
+    shift-and-test loop it replaces was ~30 on the per-macro-block tensors."""
+    return torch.frexp(x.to(torch.float64))[1].to(_I64)
 
 
 _MACRO_P = {"float32": 24, "bfloat16": 8, "e4m3": 4}
@@ -390,12 +388,10 @@ def _flag_blocks(t: torch.Tensor, block: int, tau: float):
     nb = -(-C // block)
     pad = nb * block - C
     a = t.abs()
-    finite = torch.isfinite(t)
     if pad:
         a = torch.nn.functional.pad(a, (0, pad))
-        finite = torch.nn.functional.pad(finite, (0, pad), value=True)
-    a3, f3 = a.reshape(R, nb, block), finite.reshape(R, nb, block)
-    amax = torch.where(f3, a3, torch.zeros((), dtype=a3.dtype, device=a3.device)).amax(-1)
+    a3 = a.reshape(R, nb, block)
+    amax = a3.amax(-1)                  # NaN or Inf when the block has one (amax propagates NaN)
     below = (float(tau) * a3.double()) < amax.double().unsqueeze(-1)
     count = below.sum(-1)
     real = torch.full((nb,), block, dtype=count.dtype, device=t.device)
@@ -405,7 +401,7 @@ def _flag_blocks(t: torch.Tensor, block: int, tau: float):
     # padding elements are 0: fl64(tau * 0) = 0 < amax whenever amax > 0, so they are counted;
     # take them back out
     count = count - (block - real)
-    flagged = (count >= need) & f3.all(-1) & (amax > 0)
+    flagged = (count >= need) & torch.isfinite(amax) & (amax > 0)
     return a3, flagged
 
 
