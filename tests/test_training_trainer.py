@@ -133,6 +133,30 @@ def test_stop_and_resume_with_stochastic_rounding_is_bit_identical(tmp_path):
     assert _losses(tmp_path / "b") == _losses(tmp_path / "a")
 
 
+def test_in_run_checks_change_no_bit_and_do_not_split_a_run(tmp_path):
+    """validate_every is not part of a run's identity: a run checked every step has the
+    losses of the unchecked run bit for bit (SR and random signs included), and a run stopped
+    without checks resumes with them, as a grid slice reusing a complete arm does."""
+    kw = dict(recipe="mxfp4-fdw-rht", tokens=64 * 3, seq_len=32, batch_size=2)
+    train(_cfg(tmp_path / "plain", **kw))
+    s = train(_cfg(tmp_path / "checked", validate_every=1, **kw))
+    assert s["status"] == "complete"
+    checks = (tmp_path / "checked" / "checks.jsonl").read_text().splitlines()
+    assert len({json.loads(c)["step"] for c in checks}) == 3
+    assert _losses(tmp_path / "checked") == _losses(tmp_path / "plain")
+    train(_cfg(tmp_path / "split", stop_after=1, **kw))
+    s = train(_cfg(tmp_path / "split", validate_every=2, **kw))
+    assert s["status"] == "complete" and s["resumed_from_step"] == 1
+    assert _losses(tmp_path / "split") == _losses(tmp_path / "plain")
+    # an old run dir that still records validate_every in its identity is the same run
+    cfg = json.loads((tmp_path / "plain" / "config.json").read_text())
+    cfg["identity"]["train"]["validate_every"] = 200
+    (tmp_path / "plain" / "config.json").write_text(json.dumps(cfg))
+    assert train(_cfg(tmp_path / "plain", **kw))["status"] == "complete"
+    with pytest.raises(RunDirError, match="seed"):
+        train(_cfg(tmp_path / "plain", **{**kw, "seed": 3}))
+
+
 def test_existing_directories_are_never_overwritten(tmp_path):
     mine = tmp_path / "mine"
     mine.mkdir()

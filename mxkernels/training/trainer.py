@@ -82,8 +82,11 @@ class TrainConfig:
     threads: int = 0  # CPU intra-op threads (0: torch's default); part of the bit-exactness setup
     debug_nan_at_step: int | None = None  # test hook: the loss of this step is replaced by NaN
 
+    # validate_every: the in-run check reads captured operands on the host and changes no bit
+    # of the step (tests/test_training_trainer.py runs a recipe with and without checks), so a
+    # run resumes, or a grid reuses a complete arm, under another check cadence
     NON_IDENTITY = ("out", "progress", "keep_checkpoints", "device", "backend", "threads",
-                    "stop_after", "quant_time_every")
+                    "stop_after", "quant_time_every", "validate_every")
 
     def identity(self) -> dict:
         d = dataclasses.asdict(self)
@@ -223,7 +226,11 @@ def prepare_run_dir(out: Path, identity: dict) -> str:
         raise RunDirError(f"{cfg_path} is not valid JSON ({e}); nothing was changed") from None
     if old.get("schema") != CONFIG_SCHEMA:
         raise RunDirError(f"{cfg_path} has schema {old.get('schema')!r}, not {CONFIG_SCHEMA}")
-    diffs = _diff_keys(identity, old.get("identity", {}))
+    old_id = dict(old.get("identity", {}))
+    if isinstance(old_id.get("train"), dict):     # run dirs written before a knob left identity
+        old_id["train"] = {k: v for k, v in old_id["train"].items()
+                           if k not in TrainConfig.NON_IDENTITY}
+    diffs = _diff_keys(identity, old_id)
     if diffs:
         raise RunDirError(f"{out} holds a different run; refusing to overwrite it. Differences: "
                           + "; ".join(diffs[:6]) + (" ..." if len(diffs) > 6 else ""))
