@@ -413,3 +413,44 @@ def test_vector_scale_is_a_true_division():
     x[:, 9] = -amax / 3
     _, s, _, _ = Q._vector(torch.from_numpy(x))
     assert s.numpy().view(np.uint32).tolist() == want.view(np.uint32).tolist()
+
+
+def test_check_decomposition_records_what_each_operand_error_is_made_of():
+    """check_capture(decompose=...) records, per quantized operand, the recipe's own
+    error-to-signal and mxref.decompose of the same tensor under plain MX. For a plain RNE
+    MX operand the two numbers come from independent code (values - x here, the exact
+    component split in mxref.decompose) and must agree; the corrections must lower the error
+    on the outlier channel; NVFP4 and vector-wise operands have no E8M0 decomposition."""
+    out = {}
+    for name in ("mxfp4-fdw", "decomp-fixed", "ms-fp4", "nvfp4-te"):
+        parts = []
+        recs = check_capture(_capture(name), gemm_check="bound", decompose=parts)
+        assert all(r.ok for r in recs)
+        quantized = sum(op.quantized for _, g in get_recipe(name).gemms() for op in (g.a, g.b))
+        assert len(parts) == quantized
+        json.dumps(parts)
+        out[name] = {(p["gemm"], p["operand"]): p for p in parts}
+    for p in out["mxfp4-fdw"].values():
+        assert p["corrections"] == [] and p["plain"] is not None
+        a, b = p["recipe_error_to_signal"], p["plain"]["error_to_signal"]
+        assert a > 0 and abs(a - b) <= 1e-9 * b, p
+        shares = p["plain"]["energy_share"]
+        assert abs(sum(shares.values()) - 1.0) < 1e-9
+    x_dec = out["decomp-fixed"][("fprop", "x")]
+    assert x_dec["corrections"] == ["outlier", "macro"]
+    assert x_dec["recipe_error_to_signal"] < 0.9 * x_dec["plain"]["error_to_signal"]
+    assert out["ms-fp4"][("fprop", "x")]["plain"] is None
+    assert out["ms-fp4"][("fprop", "x")]["corrections"] == ["occ", "vector"]
+    assert all(p["plain"] is None for p in out["nvfp4-te"].values())
+
+
+def test_one_fix_decomp_variants_differ_from_decomp_fixed_only_in_their_fix():
+    from mxkernels.training.experiments import EXPERIMENTS, VARIANTS
+    fixed = get_recipe("decomp-fixed")
+    for name, gone in (("decomp-outlier", "macro"), ("decomp-macro", "outlier")):
+        r = VARIANTS[name]
+        for gemm, g in r.gemms():
+            for op, ref in ((g.a, getattr(fixed, gemm).a), (g.b, getattr(fixed, gemm).b)):
+                assert getattr(op, gone) is None
+                assert dataclasses.replace(op, **{gone: getattr(ref, gone)}) == ref
+        assert name in EXPERIMENTS["decomp"]["recipes"]

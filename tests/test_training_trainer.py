@@ -139,10 +139,22 @@ def test_in_run_checks_change_no_bit_and_do_not_split_a_run(tmp_path):
     without checks resumes with them, as a grid slice reusing a complete arm does."""
     kw = dict(recipe="mxfp4-fdw-rht", tokens=64 * 3, seq_len=32, batch_size=2)
     train(_cfg(tmp_path / "plain", **kw))
-    s = train(_cfg(tmp_path / "checked", validate_every=1, **kw))
+    s = train(_cfg(tmp_path / "checked", validate_every=1, decompose=True, **kw))
     assert s["status"] == "complete"
     checks = (tmp_path / "checked" / "checks.jsonl").read_text().splitlines()
     assert len({json.loads(c)["step"] for c in checks}) == 3
+    # --decompose: one record per quantized operand of each checked layer (6 for FDW)
+    dec = [json.loads(x) for x in (tmp_path / "checked" / "decomp.jsonl").read_text().splitlines()]
+    assert [d["step"] for d in dec] == [0] * 6 + [1] * 6 + [2] * 6
+    assert all(d["plain"]["error_to_signal"] > 0 for d in dec)
+    repro = json.loads((tmp_path / "checked" / "config.json").read_text())["reproduce"]
+    assert "--decompose --" in repro + " --" and "--decompose True" not in repro
+    from mxkernels.training.compare import compare_runs, markdown_table
+    rep = compare_runs([tmp_path / "plain", tmp_path / "checked"])
+    (dec_sum,) = rep["decomposition"]
+    assert [r["step"] for r in dec_sum["by_step"]] == [0, 1, 2]
+    assert all(r["operands"] == 6 and r["recipe_error_to_signal"] > 0 for r in dec_sum["by_step"])
+    assert "| mxfp4-fdw-rht | 2 | 6 |" in markdown_table(rep)
     assert _losses(tmp_path / "checked") == _losses(tmp_path / "plain")
     train(_cfg(tmp_path / "split", stop_after=1, **kw))
     s = train(_cfg(tmp_path / "split", validate_every=2, **kw))
@@ -246,6 +258,7 @@ def test_failed_in_run_check_stops_with_a_typed_error(tmp_path, monkeypatch):
     (dict(model="llama-7b"), UnknownModelError, "llama-7b"),
     (dict(recipe="mxfp3"), UnknownRecipeError, "mxfp3"),
     (dict(validate_every=5), TrainingConfigError, "quantized recipe"),
+    (dict(recipe="mxfp4-f", decompose=True), TrainingConfigError, "needs --validate-every"),
     (dict(batch_size=6, grad_accum=4), TrainingConfigError, "divisible"),
     (dict(tokens=10), TrainingConfigError, "less than one step"),
     (dict(quant_time_every=-1), TrainingConfigError, "quant_time_every"),
@@ -329,3 +342,13 @@ def test_experiment_plan_validates_quantized_arms_only(tmp_path):
     assert all(c.validate_every == 7 for c in cfgs if c.recipe != "bf16")
     for c in cfgs:
         c.validate(1)                                   # every arm is a valid config
+
+
+def test_decomp_experiment_plans_the_one_fix_arms_and_decomposes_quantized_arms_only(tmp_path):
+    from mxkernels.training.experiments import plan
+
+    cfgs = plan("decomp", "tiny", [0], tmp_path, validate_every=7, decompose=True)
+    assert [c.recipe for c in cfgs] == ["bf16", "mxfp4-fdw", "decomp-outlier", "decomp-macro",
+                                        "decomp-fixed"]
+    assert [c.decompose for c in cfgs] == [False, True, True, True, True]
+    assert cfgs[0].validate_every == 0

@@ -76,6 +76,9 @@ def _train_options(f):
         click.option("--keep-checkpoints", type=click.IntRange(1), default=2, show_default=True),
         click.option("--validate-every", type=click.IntRange(0), default=0, show_default=True,
                      help="Check one MX layer (rotating) against mxref every N steps."),
+        click.option("--decompose", is_flag=True,
+                     help="With each in-run check, decompose the checked operands' error "
+                          "(mxref.decompose: scale / deadzone / grid shares) into decomp.jsonl."),
         click.option("--quant-time-every", type=click.IntRange(0), default=5, show_default=True,
                      help="Time the quantization ops (CUDA events: host work of their own) on "
                           "every Nth step; those steps stay out of the median step time "
@@ -100,7 +103,7 @@ def _train_options(f):
 def train_group(ctx, model, recipe, tokens, seed, out, seq_len, batch_size, grad_accum, lr,
                 warmup_frac, min_lr_frac, weight_decay, grad_clip, precision, backend, device,
                 corpus, val_fraction, eval_every, eval_tokens, ckpt_every, keep_checkpoints,
-                validate_every, quant_time_every, threads, stop_after, no_progress,
+                validate_every, decompose, quant_time_every, threads, stop_after, no_progress,
                 debug_nan_at_step, as_json):
     """Train a Llama/Qwen model (random init) with an MX recipe.
 
@@ -125,6 +128,7 @@ def train_group(ctx, model, recipe, tokens, seed, out, seq_len, batch_size, grad
                       backend=backend, device=device, corpus=corpus, val_fraction=val_fraction,
                       eval_every=eval_every, eval_tokens=eval_tokens, ckpt_every=ckpt_every,
                       keep_checkpoints=keep_checkpoints, validate_every=validate_every,
+                      decompose=decompose,
                       quant_time_every=quant_time_every, out=out, progress=not no_progress, threads=threads,
                       stop_after=stop_after, debug_nan_at_step=debug_nan_at_step)
     try:
@@ -185,11 +189,13 @@ def compare_cmd(runs, out, as_json):
 @click.option("--precision", type=click.Choice(["bf16", "fp32"]), default=None)
 @click.option("--device", default="auto", show_default=True)
 @click.option("--validate-every", type=click.IntRange(0), default=None)
+@click.option("--decompose", is_flag=True, default=None,
+              help="Quantized arms: decompose the checked operands (needs --validate-every).")
 @click.option("--threads", type=click.IntRange(0), default=0, show_default=True)
 @click.option("--no-progress", is_flag=True)
 @click.option("--json", "as_json", is_flag=True)
-def experiment_cmd(name, scale, seeds, out, tokens, precision, device, validate_every, threads,
-                   no_progress, as_json):
+def experiment_cmd(name, scale, seeds, out, tokens, precision, device, validate_every, decompose,
+                   threads, no_progress, as_json):
     """Run a paired-seed grid (amd, decomp, ms-fp4, hopper-moe), then compare."""
     from .compare import markdown_table, public
     from .experiments import run_experiment
@@ -202,7 +208,8 @@ def experiment_cmd(name, scale, seeds, out, tokens, precision, device, validate_
     try:
         report = run_experiment(name, scale, seed_list, Path(out), progress=not no_progress,
                                 tokens=tokens, precision=precision, device=device,
-                                validate_every=validate_every, threads=threads)
+                                validate_every=validate_every, threads=threads,
+                                decompose=decompose or None)
     except MXRefError as e:
         _fail(str(e), _exit_code(e))
     if as_json:

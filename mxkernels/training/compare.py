@@ -54,6 +54,13 @@ def load_run(path) -> dict:
             loss.append(r["loss"])
             if "val_loss" in r:
                 val.append((r["tokens"], r["val_loss"]))
+    decomp = []
+    if (p / "decomp.jsonl").exists():           # written by --decompose
+        for line in (p / "decomp.jsonl").read_text().splitlines():
+            try:
+                decomp.append(json.loads(line))
+            except ValueError:
+                continue
     summary = {}
     if (p / "summary.json").exists():
         summary = json.loads((p / "summary.json").read_text())
@@ -63,7 +70,32 @@ def load_run(path) -> dict:
             "pair_key": (t["model"], t["seed"], config["corpus"]["sha256"], t["seq_len"],
                          t["batch_size"], t["tokens"]),
             "steps": np.array(steps), "tokens": np.array(tokens, dtype=np.float64),
-            "loss": np.array(loss, dtype=np.float64), "val": val}
+            "loss": np.array(loss, dtype=np.float64), "val": val, "decomp": decomp}
+
+
+def decomposition_summary(runs: list) -> list:
+    """Per recipe, over the in-run checks of its runs that wrote decomp.jsonl: by step, the
+    mean over the checked operands of the recipe's error-to-signal and of the plain MX
+    error-to-signal and energy shares (scale / dead / grid / cross) of the same tensors."""
+    by = {}
+    for r in runs:
+        for d in r.get("decomp") or ():
+            by.setdefault(r["recipe"], {}).setdefault(d["step"], []).append(d)
+    out = []
+    for recipe, steps in by.items():
+        rows = []
+        for step in sorted(steps):
+            ds = steps[step]
+            plain = [d["plain"] for d in ds if d.get("plain")]
+            rows.append({
+                "step": step, "operands": len(ds),
+                "recipe_error_to_signal": _mean(d.get("recipe_error_to_signal") for d in ds),
+                "plain_error_to_signal": _mean(p["error_to_signal"] for p in plain),
+                "plain_energy_share": {k: _mean(p["energy_share"][k] for p in plain)
+                                       for k in ("scale", "dead", "grid", "cross")}
+                if plain else None})
+        out.append({"recipe": recipe, "by_step": rows})
+    return out
 
 
 def ema(x: np.ndarray, alpha: float) -> np.ndarray:
@@ -178,7 +210,8 @@ def compare_runs(paths) -> dict:
                     "peak_mem_ratio_mean": _mean(x.get("peak_mem_ratio") for x in rs),
                     "statuses": sorted({x["status"] for x in rs})})
     return {"schema": SCHEMA, "runs": rows, "by_recipe": agg, "unpaired": unpaired,
-            "baselines": [b["path"] for b in bases.values()], "_loaded": runs}
+            "baselines": [b["path"] for b in bases.values()],
+            "decomposition": decomposition_summary(runs), "_loaded": runs}
 
 
 def _mean(values):
@@ -207,6 +240,21 @@ def markdown_table(report: dict) -> str:
                      f"{_fmt(a['dL_train_tail_mean'])} | {extra} | "
                      f"{_fmt(a['step_time_ratio_mean'], '.2f')} | "
                      f"{_fmt(a['peak_mem_ratio_mean'], '.3f')} | {', '.join(a['statuses'])} |")
+    dec = report.get("decomposition") or []
+    if dec:
+        lines += ["", "Error at the in-run checks (mean over the checked operands; e/s = "
+                  "||q - x||^2 / ||x||^2; plain = mxref.decompose of the same tensors under "
+                  "plain MX, with its energy shares):", "",
+                  "| recipe | step | operands | recipe e/s | plain e/s | scale | dead | grid | "
+                  "cross |", "|---|---|---|---|---|---|---|---|---|"]
+        for d in dec:
+            for r in d["by_step"]:
+                sh = r["plain_energy_share"] or {}
+                lines.append(f"| {d['recipe']} | {r['step']} | {r['operands']} | "
+                             f"{_fmt(r['recipe_error_to_signal'], '.4g')} | "
+                             f"{_fmt(r['plain_error_to_signal'], '.4g')} | " +
+                             " | ".join(_fmt(sh.get(k), ".3f") for k in
+                                        ("scale", "dead", "grid", "cross")) + " |")
     return "\n".join(lines) + "\n"
 
 

@@ -10,7 +10,10 @@ Experiments:
 
 * ``amd`` (E3/E4 in small): F vs FD vs FDW MXFP4, and FDW with the deterministic Hadamard,
   SR on gradients, random Hadamard (AMD 2605.09825).
-* ``decomp``: decomposition-paper fixes (``decomp-fixed``) vs plain ``mxfp4-fdw`` (E8).
+* ``decomp``: decomposition-paper fixes vs plain ``mxfp4-fdw`` (E8): outlier fallback alone
+  (``decomp-outlier``), macro-block scaling alone (``decomp-macro``), both (``decomp-fixed``);
+  with ``--decompose`` every in-run check also writes the checked operands' error components
+  (``decomp.jsonl``).
 * ``ms-fp4``: Microsoft FP4 W4A4 with DGE + OCC, and the ablations without OCC, without DGE,
   without both (E6; variants below).
 * ``hopper-moe``: Qwen3-MoE, MXFP8 compute with the saved activations in FP4
@@ -29,6 +32,20 @@ from mxref.errors import MXRefError, TrainingConfigError
 from .recipes import RECIPES
 
 
+def _decomp_variant(name: str, outlier_only: bool, description: str):
+    dec = RECIPES["decomp-fixed"]
+
+    def one(op):
+        if outlier_only:
+            return dataclasses.replace(op, macro=None)
+        return dataclasses.replace(op, outlier=None)
+
+    gemms = {g: dataclasses.replace(getattr(dec, g), a=one(getattr(dec, g).a),
+                                    b=one(getattr(dec, g).b))
+             for g in ("fprop", "dgrad", "wgrad")}
+    return dec.replace(name=name, description=description, **gemms)
+
+
 def _variants() -> dict:
     ms = RECIPES["ms-fp4"]
     fp = ms.fprop
@@ -43,6 +60,12 @@ def _variants() -> dict:
                    description="ms-fp4 without the Differentiable Gradient Estimator (DGE)."),
         ms.replace(name="ms-fp4-direct", fprop=direct,
                    description="ms-fp4 without DGE and OCC: direct W4A4 vector-wise cast."),
+        _decomp_variant("decomp-outlier", outlier_only=True,
+                        description="decomp-fixed with the outlier fallback only (no macro-block "
+                                    "scales)."),
+        _decomp_variant("decomp-macro", outlier_only=False,
+                        description="decomp-fixed with macro-block scaling only (no outlier "
+                                    "fallback)."),
         fa.replace(name="mxfp8-fdw", save_activations=None,
                    description="fp4-activations without FP4 activation storage: every GEMM in "
                                "MXFP8 E4M3, saved activations in bf16 (the memory baseline)."),
@@ -56,8 +79,10 @@ EXPERIMENTS = {
     "amd": {"model": "llama", "recipes": ["bf16", "mxfp4-f", "mxfp4-fd", "mxfp4-fdw",
                                           "mxfp4-fdw-h16", "mxfp4-fdw-sr", "mxfp4-fdw-rht"],
             "what": "AMD: F vs FD vs FDW, deterministic Hadamard, SR, random Hadamard"},
-    "decomp": {"model": "llama", "recipes": ["bf16", "mxfp4-fdw", "decomp-fixed"],
-               "what": "decomposition-paper fixes vs plain MXFP4 FDW"},
+    "decomp": {"model": "llama", "recipes": ["bf16", "mxfp4-fdw", "decomp-outlier",
+                                             "decomp-macro", "decomp-fixed"],
+               "what": "decomposition-paper fixes vs plain MXFP4 FDW, each alone and both "
+                       "(E8; --decompose records the error components at each check)"},
     "ms-fp4": {"model": "llama", "recipes": ["bf16", "ms-fp4", "ms-fp4-no-occ", "ms-fp4-no-dge",
                                              "ms-fp4-direct"],
                "what": "Microsoft FP4: DGE and OCC ablations"},
@@ -101,6 +126,7 @@ def plan(name: str, scale: str, seeds, out: Path, **overrides) -> list:
             kw = {**sc, **{k: v for k, v in overrides.items() if v is not None}}
             if recipe == "bf16":
                 kw.pop("validate_every", None)   # the baseline has no MX layer to check
+                kw.pop("decompose", None)
             cfgs.append(TrainConfig(model=model_for(exp, size), recipe=recipe, seed=seed,
                                     out=str(out / f"{recipe}-s{seed}"), **kw))
     return cfgs

@@ -73,6 +73,7 @@ class TrainConfig:
     ckpt_every: int = 0  # 0: only at the end
     keep_checkpoints: int = 2
     validate_every: int = 0  # 0: no in-run validation
+    decompose: bool = False  # with each in-run check: mxref.decompose of the checked operands
     # time the quantization ops (CUDA events around each: host work of their own) on every Nth
     # step only; those steps stay out of the median step time. 0: never
     quant_time_every: int = 5
@@ -86,7 +87,7 @@ class TrainConfig:
     # of the step (tests/test_training_trainer.py runs a recipe with and without checks), so a
     # run resumes, or a grid reuses a complete arm, under another check cadence
     NON_IDENTITY = ("out", "progress", "keep_checkpoints", "device", "backend", "threads",
-                    "stop_after", "quant_time_every", "validate_every")
+                    "stop_after", "quant_time_every", "validate_every", "decompose")
 
     def identity(self) -> dict:
         d = dataclasses.asdict(self)
@@ -128,6 +129,9 @@ class TrainConfig:
         if self.recipe == "bf16" and self.validate_every:
             raise TrainingConfigError("--validate-every needs a quantized recipe; bf16 has no MX "
                                       "layer to check")
+        if self.decompose and not self.validate_every:
+            raise TrainingConfigError("--decompose decomposes the operands of the in-run checks; "
+                                      "it needs --validate-every N")
         if not 0 <= self.warmup_frac < 1 or not 0 <= self.min_lr_frac <= 1:
             raise TrainingConfigError("warmup_frac must be in [0, 1) and min_lr_frac in [0, 1]")
 
@@ -432,11 +436,13 @@ def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo
             ckpt.write_json_atomic(out / "config.json", config)
         _truncate_jsonl(out / "log.jsonl", start)
         _truncate_jsonl(out / "checks.jsonl", start)
+        _truncate_jsonl(out / "decomp.jsonl", start)
         (out / "summary.json").unlink(missing_ok=True)
     ddp.barrier(dist)
 
     log = _JsonlWriter(out / "log.jsonl", main)
     checks = _JsonlWriter(out / "checks.jsonl", main)
+    decomp = _JsonlWriter(out / "decomp.jsonl", main) if cfg.decompose else None
     autocast = (lambda: torch.autocast(device.type, dtype=torch.bfloat16)) \
         if cfg.precision == "bf16" else nullcontext
     if device.type == "cuda":
@@ -478,7 +484,7 @@ def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo
                 if aux is not None:
                     aux_sum = (aux_sum or 0) + aux / cfg.grad_accum
                 if armed is not None and k == 0:
-                    _check_validation(armed, step, checks, log, dist, device)
+                    _check_validation(armed, step, checks, log, dist, device, decomp)
                     armed = None
             loss_t = ddp.all_reduce_mean(loss_sum, dist)
             if cfg.debug_nan_at_step is not None and step == cfg.debug_nan_at_step:
@@ -593,13 +599,16 @@ def _arm_validation(cfg: TrainConfig, b: Built, step: int):
     return name, layer
 
 
-def _check_validation(armed, step, checks, log, dist, device):
+def _check_validation(armed, step, checks, log, dist, device, decomp=None):
     from .validate import check_capture
 
     name, layer = armed
     t0 = time.perf_counter()
-    records = check_capture(layer)
+    parts = [] if decomp is not None else None
+    records = check_capture(layer, decompose=parts)
     dt = time.perf_counter() - t0
+    for d in parts or ():
+        decomp.write({"step": step, "layer": name, **d})
     bad = []
     for r in records:
         d = {"step": step, "layer": name, "check_time_s": round(dt, 4), **_record_dict(r)}
@@ -656,5 +665,6 @@ def _cli_args(cfg: TrainConfig) -> list[str]:
         v = getattr(cfg, f.name)
         if f.name in ("progress", "debug_nan_at_step") or v == getattr(defaults, f.name):
             continue
-        out += [f"--{f.name.replace('_', '-')}", str(v)]
+        flag = f"--{f.name.replace('_', '-')}"
+        out += [flag] if v is True else [flag, str(v)]
     return out

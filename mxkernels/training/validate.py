@@ -273,14 +273,51 @@ def _gemm_check(layer, gemm, out, ea, eb, spec: GemmSpec, hp_a, hp_b, records, m
 GEMM_CHECKS = ("mxref", "bound")
 
 
-def check_capture(layer, *, gemm_check: str = "mxref") -> list[CheckRecord]:
+_DECOMP_KEYS = ("error_to_signal", "energy_share", "zeroed_fraction", "deadzone_fraction",
+                "saturated_fraction", "mean_s_ratio")
+
+
+def _decomposition(gemm, opname, spec: OperandSpec, hp: np.ndarray, exp: dict) -> dict:
+    """What one quantized operand's error is made of: ``recipe_error_to_signal``, the
+    ||q - x||^2 / ||x||^2 of the values the recipe multiplied (OCC's compensated residual
+    added back: the GEMM sees it), and ``plain``, mxref.decompose of the same tensor under
+    plain MX block quantization with the operand's profile (RNE): the error the corrections
+    work on, split into scale / deadzone / grid components (None for NVFP4 and vector-wise
+    operands, which are not E8M0-block formats). For a plain RNE MX operand the two
+    error-to-signal ratios are the same number computed two independent ways."""
+    x = np.asarray(hp, dtype=np.float64)
+    eff = np.asarray(exp["values"], dtype=np.float64)
+    if "occ_lo" in exp:
+        eff = eff + (x - np.clip(x, float(exp["occ_lo"]), float(exp["occ_hi"])))
+    ok = np.isfinite(x) & np.isfinite(eff)
+    sig = float(np.sum(x[ok] ** 2))
+    out = {"gemm": gemm, "operand": opname, "fmt": spec.fmt, "profile": spec.profile,
+           "corrections": [k for k, on in (("outlier", spec.outlier is not None),
+                                           ("macro", spec.macro is not None),
+                                           ("occ", spec.clamp_quantile is not None),
+                                           ("vector", spec.scaling == "vector"),
+                                           ("sr", spec.rounding == "sr")) if on],
+           "recipe_error_to_signal": float(np.sum((eff[ok] - x[ok]) ** 2)) / sig if sig else None,
+           "plain": None}
+    f = get_format(spec.fmt)
+    if not f.is_nvfp4 and spec.scaling == "block" and f.element.kind != "int":
+        st = mxref.decompose(np.asarray(hp, dtype=np.float32), spec.fmt, spec.profile).stats()
+        out["plain"] = {k: st[k] for k in _DECOMP_KEYS}
+    return out
+
+
+def check_capture(layer, *, gemm_check: str = "mxref", decompose: list | None = None
+                  ) -> list[CheckRecord]:
     """Recompute the captured operands of ``layer`` with mxref; one CheckRecord per quantized
     operand (codes, scales and scale extras together: ``mismatches`` counts differing bytes),
     per re-used forward copy, and per GEMM output.
 
     gemm_check: "mxref" (two plain MX operands: mxref.check_gemm, the exact product and its
     fp32 accumulation bound; Numba compiles it once per process, ~20-50 s) or "bound" (every
-    GEMM: float64 product of the mxref operand values with the (C + 2) u |A||B|^T bound)."""
+    GEMM: float64 product of the mxref operand values with the (C + 2) u |A||B|^T bound).
+
+    decompose: a list to append one :func:`_decomposition` dict per quantized operand to
+    (mxref.decompose of the operand: a few seconds per 10^7 elements on one core)."""
     if gemm_check not in GEMM_CHECKS:
         raise CaptureError(f"gemm_check={gemm_check!r}; use one of {GEMM_CHECKS}")
     cap = getattr(layer, "_capture_done", None)
@@ -332,6 +369,8 @@ def check_capture(layer, *, gemm_check: str = "mxref") -> list[CheckRecord]:
                 continue
             e, hp = _expected_operand(x, spec, r, signs, n)
             exps[side], hps[side] = e, hp
+            if decompose is not None:
+                decompose.append(_decomposition(gemm, opname, spec, hp, e))
             fails_before = len(records)
             pname = spec.profile + ("+sr" if spec.rounding == "sr" else "")
             got = {"codes": r.get("codes"), "scales": r.get("scales"),
