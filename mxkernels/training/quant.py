@@ -37,7 +37,6 @@ __all__ = ["QOperand", "quantize_operand", "quantize_rotated_operand", "fused_ro
 
 _I64 = torch.int64
 _MANT = 0x7FFFFF
-_INF = 0x7F800000
 
 
 # ---- timing ---------------------------------------------------------------------------------
