@@ -52,6 +52,13 @@ def _variants() -> dict:
     no_occ = dataclasses.replace(fp, a=dataclasses.replace(fp.a, clamp_quantile=None))
     no_dge = dataclasses.replace(fp, b=dataclasses.replace(fp.b, dge_k=None))
     direct = dataclasses.replace(no_occ, b=dataclasses.replace(fp.b, dge_k=None))
+    # DGE's factor f'(u) = (1/k) u^(1/k - 1), clipped at 3, averaged over u uniform in [0, 1]:
+    # 3 c + 1 - c^(1/k) with c = (3k)^(-k/(k-1)); 0.5935 for k = 5
+    k = fp.b.dge_k
+    c = (3 * k) ** (-k / (k - 1))
+    dge_mean = round(3 * c + 1 - c ** (1 / k), 4)
+    mean_only = dataclasses.replace(no_occ, b=dataclasses.replace(fp.b, dge_k=None,
+                                                                  dge_const=dge_mean))
     fa = RECIPES["fp4-activations"]
     out = [
         ms.replace(name="ms-fp4-no-occ", fprop=no_occ,
@@ -60,6 +67,10 @@ def _variants() -> dict:
                    description="ms-fp4 without the Differentiable Gradient Estimator (DGE)."),
         ms.replace(name="ms-fp4-direct", fprop=direct,
                    description="ms-fp4 without DGE and OCC: direct W4A4 vector-wise cast."),
+        ms.replace(name="ms-fp4-dge-mean", fprop=mean_only,
+                   description=f"control: ms-fp4-no-occ with DGE's per-element factor replaced "
+                               f"by its mean over an interval ({dge_mean}): DGE's scale without "
+                               f"its shape."),
         _decomp_variant("decomp-outlier", outlier_only=True,
                         description="decomp-fixed with the outlier fallback only (no macro-block "
                                     "scales)."),
@@ -84,8 +95,9 @@ EXPERIMENTS = {
                "what": "decomposition-paper fixes vs plain MXFP4 FDW, each alone and both "
                        "(E8; --decompose records the error components at each check)"},
     "ms-fp4": {"model": "llama", "recipes": ["bf16", "ms-fp4", "ms-fp4-no-occ", "ms-fp4-no-dge",
-                                             "ms-fp4-direct"],
-               "what": "Microsoft FP4: DGE and OCC ablations"},
+                                             "ms-fp4-direct", "ms-fp4-dge-mean"],
+               "what": "Microsoft FP4: DGE and OCC ablations, and DGE's scale without its "
+                       "shape"},
     "hopper-moe": {"model": "qwen3-moe", "recipes": ["bf16", "mxfp8-fdw", "fp4-activations"],
                    "what": "Hopper MoE: FP4 storage of saved activations (memory, dL)"},
 }

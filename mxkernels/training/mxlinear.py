@@ -320,6 +320,8 @@ class _MXLinearFn(torch.autograd.Function):
         dge = None
         if r.fprop.b.dge_k is not None and fwd["qb"] is not None:
             dge = _dge_factor(fwd["qb"].extra["scaled"], r.fprop.b.dge_k)
+        elif r.fprop.b.dge_const is not None and fwd["qb"] is not None:
+            dge = torch.tensor(float(r.fprop.b.dge_const), dtype=torch.float32, device=x.device)
         ctx.c = c
         ctx.shape = shape
         ctx.fwd_signs = fwd["signs_t"]
@@ -398,7 +400,8 @@ FAST_PATH = [True]      # tests switch it off to compare with the generic path
 def _plain(spec: OperandSpec) -> bool:
     if spec.fmt is None or spec.rounding != "rne" or spec.source != "hp" or \
             spec.scaling != "block" or spec.macro is not None or spec.outlier is not None or \
-            spec.clamp_quantile is not None or spec.dge_k is not None:
+            spec.clamp_quantile is not None or spec.dge_k is not None or \
+            spec.dge_const is not None:
         return False
     from mxkernels.triton_fast import supports
     return supports(spec.fmt, spec.profile, "float32")

@@ -63,6 +63,9 @@ class OperandSpec:
     clamp_quantile: MS-FP4 Outlier Clamping and Compensation: clamp to the [1 - q, q] quantiles
     of the tensor before quantization and add the (sparse) residual back in high precision.
     dge_k: MS-FP4 Differentiable Gradient Estimator exponent (weights only, "vector" scaling).
+    dge_const: a control for DGE: dW is multiplied by this constant instead of f'(W) (same
+    place and scaling as dge_k; excludes it). Left out of :meth:`Recipe.to_dict` when None, so
+    recipes that do not use it keep their run identities.
     """
 
     fmt: str | None = None
@@ -77,6 +80,7 @@ class OperandSpec:
     outlier_k: int = 1
     clamp_quantile: float | None = None
     dge_k: float | None = None
+    dge_const: float | None = None
 
     @property
     def quantized(self) -> bool:
@@ -94,7 +98,8 @@ class OperandSpec:
             raise RecipeError(f"{where}: outlier={self.outlier!r}; use one of {OUTLIER_RULES}")
         if self.fmt is None:
             for knob, default in (("rounding", "rne"), ("scaling", "block"), ("macro", None),
-                                  ("outlier", None), ("clamp_quantile", None), ("dge_k", None)):
+                                  ("outlier", None), ("clamp_quantile", None), ("dge_k", None),
+                                  ("dge_const", None)):
                 if getattr(self, knob) != default:
                     raise RecipeError(f"{where}: {knob}={getattr(self, knob)!r} needs a format "
                                       "(fmt is None: the operand stays high precision)")
@@ -128,6 +133,14 @@ class OperandSpec:
                                   f"element grid, not {p.name!r}")
         if self.dge_k is not None and (self.scaling != "vector" or not self.dge_k >= 1):
             raise RecipeError(f"{where}: dge_k={self.dge_k!r} needs scaling='vector' and k >= 1")
+        if self.dge_const is not None:
+            c = self.dge_const
+            if self.dge_k is not None:
+                raise RecipeError(f"{where}: dge_const and dge_k exclude each other")
+            if self.scaling != "vector" or isinstance(c, bool) or \
+                    not isinstance(c, (int, float)) or not 0 < c < float("inf"):
+                raise RecipeError(f"{where}: dge_const={c!r} needs scaling='vector' and a "
+                                  "finite constant > 0")
         if self.clamp_quantile is not None and not 0.5 < self.clamp_quantile < 1:
             raise RecipeError(f"{where}: clamp_quantile={self.clamp_quantile!r} must be in "
                               "(0.5, 1)")
@@ -172,6 +185,8 @@ class OperandSpec:
             extra.append(f"OCC q={self.clamp_quantile}")
         if self.dge_k is not None:
             extra.append(f"DGE k={self.dge_k}")
+        if self.dge_const is not None:
+            extra.append(f"dW x {self.dge_const}")
         return "/".join(parts) + (" [" + ", ".join(extra) + "]" if extra else "")
 
 
@@ -281,9 +296,10 @@ class Recipe:
                                   f"forward operand fprop.{fwd_side} to be quantized")
         for gname, g in self.gemms():
             for side, op in (("a", g.a), ("b", g.b)):
-                if op.dge_k is not None and (gname, side) != ("fprop", "b"):
-                    raise RecipeError(f"recipe {self.name!r}: dge_k applies to the weight in "
-                                      f"fprop (fprop.b) only, not {gname}.{side}")
+                for knob in ("dge_k", "dge_const"):
+                    if getattr(op, knob) is not None and (gname, side) != ("fprop", "b"):
+                        raise RecipeError(f"recipe {self.name!r}: {knob} applies to the weight "
+                                          f"in fprop (fprop.b) only, not {gname}.{side}")
         for knob in ("bf16_first", "bf16_last"):
             v = getattr(self, knob)
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
@@ -307,8 +323,14 @@ class Recipe:
         return dataclasses.replace(self, **changes)
 
     def to_dict(self) -> dict:
-        """JSON-able; :func:`recipe_from_dict` inverts it."""
-        return dataclasses.asdict(self)
+        """JSON-able; :func:`recipe_from_dict` inverts it. An operand's ``dge_const`` is left
+        out when None (it came after runs whose identity holds this dict)."""
+        d = dataclasses.asdict(self)
+        for gname in ("fprop", "dgrad", "wgrad"):
+            for side in ("a", "b"):
+                if d[gname][side].get("dge_const", 0) is None:
+                    del d[gname][side]["dge_const"]
+        return d
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), sort_keys=True)
