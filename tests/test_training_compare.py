@@ -91,3 +91,35 @@ def test_compare_refuses_non_runs_and_missing_baseline(runs, tmp_path):
         C.compare_runs([str(tmp_path)])
     r = CliRunner().invoke(train_group, ["compare", str(runs["worse"])])
     assert r.exit_code == 2 and "no bf16 run" in r.output
+
+
+def test_phase_means_by_hand():
+    d = np.arange(20, dtype=float)          # phases of 20 steps: [0,2) [2,5) [5,10) [10,20)
+    ph = C.phase_means(d)
+    assert [(p["from_step"], p["to_step"]) for p in ph] == [(0, 2), (2, 5), (5, 10), (10, 20)]
+    assert [p["dL"] for p in ph] == [0.5, 3.0, 7.0, 14.5]
+    assert [(p["from_step"], p["to_step"]) for p in C.phase_means(np.ones(5))] == \
+        [(0, 1), (1, 2), (2, 5)]              # an empty phase ([0, 0)) is left out
+    assert C.phase_means(np.zeros(0)) == []
+
+
+def test_phases_show_an_early_lead_that_ends_level(tmp_path):
+    """A run 0.3 below bf16 over its first 10 of 100 steps, then level: the phases say so, the
+    tail does not; two seeds average per phase."""
+    base = 4 - 0.01 * np.arange(100)
+    lead = base.copy()
+    lead[:10] -= 0.3
+    lead1 = base.copy()
+    lead1[:10] -= 0.1
+    paths = [_run(tmp_path, "bf16-s0", "bf16", base), _run(tmp_path, "ms-s0", "ms-fp4", lead),
+             _run(tmp_path, "bf16-s1", "bf16", base, seed=1),
+             _run(tmp_path, "ms-s1", "ms-fp4", lead1, seed=1)]
+    rep = C.compare_runs([str(p) for p in paths])
+    row = next(r for r in rep["runs"] if r["name"] == "ms-s0")
+    assert [p["dL"] for p in row["dL_train_phases"]] == pytest.approx([-0.3, 0, 0, 0])
+    assert row["dL_train_tail"] == pytest.approx(0.0)
+    agg = rep["by_recipe"][0]["dL_train_phases_mean"]
+    assert [p["dL"] for p in agg] == pytest.approx([-0.2, 0, 0, 0])
+    md = C.markdown_table(rep)
+    assert "| ms-fp4 | -0.200 | +0.000 | +0.000 | +0.000 |" in md
+    assert "0-10% | 10-25% | 25-50% | 50-100%" in md

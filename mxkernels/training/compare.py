@@ -9,6 +9,10 @@ Metrics per run (all losses in nats per token):
 * ``dL_val``: final validation loss minus the baseline's (same fixed validation batches).
 * ``dL_train_tail``: mean over the last 10% of steps of the paired per-step difference.
 * ``dL_train_ema``: difference of the EMA-smoothed training losses at the last step.
+* ``dL_train_phases``: the paired difference averaged over phases of the run, steps
+  [0, 10%) (the default LR warmup), [10%, 25%), [25%, 50%), [50%, 100%) of the shorter of the
+  pair: where a recipe gains or loses, not just where it ends (ms-fp4's DGE leads bf16 by
+  0.25 nats in the first phases and ends level).
 * ``extra_tokens_frac``: AMD's metric. ``L*`` = the baseline's EMA loss at its last step;
   ``T_r`` = first token count at which the run's EMA loss is <= ``L*``;
   ``extra = T_r / T_bf16 - 1``. When the run never reaches ``L*`` it is reported as not
@@ -32,6 +36,20 @@ import numpy as np
 from mxref.errors import RunDirError
 
 SCHEMA = "mxref-train-compare/1"
+PHASES = (0.0, 0.1, 0.25, 0.5, 1.0)
+
+
+def phase_means(diff: np.ndarray, bounds=PHASES) -> list[dict]:
+    """Mean of ``diff`` over the steps [floor(a n), floor(b n)) of each phase (a, b); the
+    last phase ends at n. A phase with no step (n < 10) is left out."""
+    n = len(diff)
+    out = []
+    for a, b in zip(bounds[:-1], bounds[1:]):
+        lo, hi = int(math.floor(a * n)), (n if b >= 1 else int(math.floor(b * n)))
+        if hi > lo:
+            out.append({"from_frac": a, "to_frac": b, "from_step": lo, "to_step": hi,
+                        "dL": float(diff[lo:hi].mean())})
+    return out
 
 
 def load_run(path) -> dict:
@@ -152,6 +170,7 @@ def compare_pair(run: dict, base: dict) -> dict:
         "final_train_loss_ema": float(rs[-1]), "bf16_train_loss_ema": float(bs[-1]),
         "dL_train_tail": float(diff[-tail:].mean()),
         "dL_train_ema": float(rs[n - 1] - bs[n - 1]),
+        "dL_train_phases": phase_means(diff),
         "extra_tokens_frac": frac, "reached_bf16_loss_at_tokens": reach,
         "extra_tokens_frac_iso": iso_loss_extra(base["tokens"], bs, run["tokens"], rs),
         "reached_bf16_loss": frac is not None,
@@ -208,10 +227,21 @@ def compare_runs(paths) -> dict:
                     if isos and all(e is not None for e in isos) else None,
                     "step_time_ratio_mean": _mean(x.get("step_time_ratio") for x in rs),
                     "peak_mem_ratio_mean": _mean(x.get("peak_mem_ratio") for x in rs),
+                    "dL_train_phases_mean": _phase_mean(rs),
                     "statuses": sorted({x["status"] for x in rs})})
     return {"schema": SCHEMA, "runs": rows, "by_recipe": agg, "unpaired": unpaired,
             "baselines": [b["path"] for b in bases.values()],
             "decomposition": decomposition_summary(runs), "_loaded": runs}
+
+
+def _phase_mean(rows) -> list[dict] | None:
+    """Per phase, the mean over seeds of dL_train_phases (rows whose phases line up)."""
+    ph = [r.get("dL_train_phases") for r in rows if r.get("dL_train_phases")]
+    if not ph or any([(p["from_frac"], p["to_frac"]) for p in x] !=
+                     [(p["from_frac"], p["to_frac"]) for p in ph[0]] for x in ph):
+        return None
+    return [{"from_frac": p["from_frac"], "to_frac": p["to_frac"],
+             "dL": float(np.mean([x[i]["dL"] for x in ph]))} for i, p in enumerate(ph[0])]
 
 
 def _mean(values):
@@ -240,6 +270,17 @@ def markdown_table(report: dict) -> str:
                      f"{_fmt(a['dL_train_tail_mean'])} | {extra} | "
                      f"{_fmt(a['step_time_ratio_mean'], '.2f')} | "
                      f"{_fmt(a['peak_mem_ratio_mean'], '.3f')} | {', '.join(a['statuses'])} |")
+    phased = [a for a in report["by_recipe"] if a.get("dL_train_phases_mean")]
+    if phased:
+        heads = [f"{100 * p['from_frac']:g}-{100 * p['to_frac']:g}%"
+                 for p in phased[0]["dL_train_phases_mean"]]
+        lines += ["", "Paired dL train by phase of the run (mean over the phase's steps of "
+                  "loss_recipe - loss_bf16, then over seeds; the first 10% is the LR warmup):",
+                  "", "| recipe | " + " | ".join(heads) + " |",
+                  "|---|" + "---|" * len(heads)]
+        for a in phased:
+            lines.append(f"| {a['recipe']} | " + " | ".join(
+                _fmt(p["dL"], "+.3f") for p in a["dL_train_phases_mean"]) + " |")
     dec = report.get("decomposition") or []
     if dec:
         lines += ["", "Error at the in-run checks (mean over the checked operands; e/s = "
