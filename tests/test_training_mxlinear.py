@@ -455,3 +455,48 @@ def test_one_fix_decomp_variants_differ_from_decomp_fixed_only_in_their_fix():
                 assert getattr(op, gone) is None
                 assert dataclasses.replace(op, **{gone: getattr(ref, gone)}) == ref
         assert name in EXPERIMENTS["decomp"]["recipes"]
+
+
+def _e2m1_rne_np(y: np.ndarray) -> np.ndarray:
+    """E2M1 value nearest y (float64 grid search; a tie goes to the even code), saturating."""
+    grid = np.array([0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0])
+    a = np.minimum(np.abs(y.astype(np.float64)), 6.0)
+    d = np.abs(a[..., None] - grid)
+    best = d.min(-1, keepdims=True)
+    cand = d == best
+    # among the nearest (one, or two at a tie), the even code index
+    idx = np.where(cand.sum(-1) == 2, np.argmax(cand & (np.arange(8) % 2 == 0), -1),
+                   np.argmax(cand, -1))
+    return np.copysign(grid[idx], y)
+
+
+def test_occ_decomposition_adds_the_compensated_residual_back():
+    """ms-fp4's fprop x: the recorded recipe error-to-signal is that of what the GEMM sees,
+    Q(clip(x)) + (x - clip(x)), recomputed here without validate.py: bounds by np.partition,
+    row scale fl32(amax / 6), E2M1 by grid search. Planted: leaving the residual out (the
+    clipped-off outliers then count as error) gives a number the record must not match."""
+    m = _capture("ms-fp4")
+    x, _ = _inputs()
+    x[0, :, 5] *= 40.0                       # as _capture: the layer's input
+    x2 = x.reshape(-1, K).numpy().astype(np.float32)
+    assert np.array_equal(np.asarray(m._capture_done["fprop"]["a"]["input"]), x2)
+    parts = []
+    check_capture(m, gemm_check="bound", decompose=parts)
+    rec = next(p for p in parts if (p["gemm"], p["operand"]) == ("fprop", "x"))
+    flat = x2.reshape(-1)
+    n = flat.size
+    khi = int(np.ceil(0.99 * n))
+    lo = np.partition(flat, n - khi)[n - khi]
+    hi = np.partition(flat, khi - 1)[khi - 1]
+    c = np.clip(x2, lo, hi)
+    s = (np.abs(c).max(1) / np.float32(6)).astype(np.float32)
+    y = (c / s[:, None]).astype(np.float32)
+    q = _e2m1_rne_np(y) * s.astype(np.float64)[:, None]
+    xd = x2.astype(np.float64)
+    sig = float(np.sum(xd ** 2))
+    with_res = float(np.sum((q + (xd - c) - xd) ** 2)) / sig
+    without = float(np.sum((q - xd) ** 2)) / sig
+    assert (xd != c).sum() >= 2 * (n - khi), "the clamp must bite on both sides"
+    assert abs(rec["recipe_error_to_signal"] - with_res) <= 1e-9 * with_res
+    assert without > 1.5 * with_res            # the planted omission is far off
+    assert abs(rec["recipe_error_to_signal"] - without) > 1e-3 * without
