@@ -500,3 +500,36 @@ def test_occ_decomposition_adds_the_compensated_residual_back():
     assert abs(rec["recipe_error_to_signal"] - with_res) <= 1e-9 * with_res
     assert without > 1.5 * with_res            # the planted omission is far off
     assert abs(rec["recipe_error_to_signal"] - without) > 1e-3 * without
+
+
+@pytest.mark.parametrize("name", ["ms-w8a4", "ms-w8a4-occ", "ms-w4a8", "ms-w4a8-dge"])
+def test_one_sided_ms_variants_pass_the_in_run_check(name):
+    """The paper's W8A4 +- OCC and W4A8 +- DGE arms: every operand (the MXFP8 side included)
+    byte-identical to mxref, the GEMMs within their bound; the decomposition record of the
+    MXFP8 operand agrees with mxref.decompose's own error-to-signal."""
+    from mxkernels.training.experiments import VARIANTS
+    r = VARIANTS[name]
+    parts = []
+    recs = check_capture(_capture(r), gemm_check="bound", decompose=parts)
+    bad = [x for x in recs if not x.ok]
+    assert not bad, bad
+    e4 = [p for p in parts if p["fmt"] == "mxfp8_e4m3"]
+    assert len(e4) == 1 and e4[0]["plain"] is not None
+    a, b = e4[0]["recipe_error_to_signal"], e4[0]["plain"]["error_to_signal"]
+    assert a > 0 and abs(a - b) <= 1e-9 * b
+
+
+def test_one_sided_ms_variants_differ_from_ms_fp4_only_on_the_8_bit_side():
+    from mxkernels.training.experiments import EXPERIMENTS, VARIANTS
+    ms = get_recipe("ms-fp4")
+    e4 = OperandSpec("mxfp8_e4m3")
+    plain_a = dataclasses.replace(ms.fprop.a, clamp_quantile=None)
+    plain_b = dataclasses.replace(ms.fprop.b, dge_k=None)
+    want = {"ms-w8a4": (plain_a, e4), "ms-w8a4-occ": (ms.fprop.a, e4),
+            "ms-w4a8": (e4, plain_b), "ms-w4a8-dge": (e4, ms.fprop.b)}
+    for name, (a, b) in want.items():
+        r = VARIANTS[name]
+        assert (r.fprop.a, r.fprop.b) == (a, b), name
+        assert r.fprop.gemm == ms.fprop.gemm and r.fprop.hadamard == ms.fprop.hadamard
+        assert (r.dgrad, r.wgrad) == (ms.dgrad, ms.wgrad), name
+        assert name in EXPERIMENTS["ms-fp4"]["recipes"]

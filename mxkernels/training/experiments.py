@@ -29,7 +29,7 @@ from pathlib import Path
 
 from mxref.errors import MXRefError, TrainingConfigError
 
-from .recipes import RECIPES
+from .recipes import RECIPES, OperandSpec
 
 
 def _decomp_variant(name: str, outlier_only: bool, description: str):
@@ -59,8 +59,25 @@ def _variants() -> dict:
     dge_mean = round(3 * c + 1 - c ** (1 / k), 4)
     mean_only = dataclasses.replace(no_occ, b=dataclasses.replace(fp.b, dge_k=None,
                                                                   dge_const=dge_mean))
+    # the paper's one-sided ablations (Fig. 6): the other operand in 8 bits. Deviation: the
+    # 8-bit operand is MXFP8 E4M3 (32-blocks along K), not a per-tensor FP8 cast
+    e4 = OperandSpec("mxfp8_e4m3")
+    w8a4 = dataclasses.replace(direct, b=e4)
+    w8a4_occ = dataclasses.replace(w8a4, a=fp.a)
+    w4a8 = dataclasses.replace(direct, a=e4)
+    w4a8_dge = dataclasses.replace(w4a8, b=fp.b)
     fa = RECIPES["fp4-activations"]
     out = [
+        ms.replace(name="ms-w8a4", fprop=w8a4,
+                   description="ms-fp4 one-sided: x E2M1 vector-wise (direct, no OCC), W MXFP8 "
+                               "E4M3 (the paper's W8A4 direct cast, which diverged there)."),
+        ms.replace(name="ms-w8a4-occ", fprop=w8a4_occ,
+                   description="ms-w8a4 with OCC (q = 0.99, bf16 residual) on x."),
+        ms.replace(name="ms-w4a8", fprop=w4a8,
+                   description="ms-fp4 one-sided: W E2M1 vector-wise (no DGE), x MXFP8 E4M3 "
+                               "(the paper's W4A8)."),
+        ms.replace(name="ms-w4a8-dge", fprop=w4a8_dge,
+                   description="ms-w4a8 with DGE (k = 5) on W."),
         ms.replace(name="ms-fp4-no-occ", fprop=no_occ,
                    description="ms-fp4 without Outlier Clamping and Compensation (OCC)."),
         ms.replace(name="ms-fp4-no-dge", fprop=no_dge,
@@ -95,9 +112,10 @@ EXPERIMENTS = {
                "what": "decomposition-paper fixes vs plain MXFP4 FDW, each alone and both "
                        "(E8; --decompose records the error components at each check)"},
     "ms-fp4": {"model": "llama", "recipes": ["bf16", "ms-fp4", "ms-fp4-no-occ", "ms-fp4-no-dge",
-                                             "ms-fp4-direct", "ms-fp4-dge-mean"],
-               "what": "Microsoft FP4: DGE and OCC ablations, and DGE's scale without its "
-                       "shape"},
+                                             "ms-fp4-direct", "ms-fp4-dge-mean", "ms-w8a4",
+                                             "ms-w8a4-occ", "ms-w4a8", "ms-w4a8-dge"],
+               "what": "Microsoft FP4: DGE and OCC ablations in W4A4, DGE's scale without its "
+                       "shape, and the paper's one-sided W8A4 +- OCC and W4A8 +- DGE"},
     "hopper-moe": {"model": "qwen3-moe", "recipes": ["bf16", "mxfp8-fdw", "fp4-activations"],
                    "what": "Hopper MoE: FP4 storage of saved activations (memory, dL)"},
 }
