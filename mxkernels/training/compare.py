@@ -12,7 +12,7 @@ Metrics per run (all losses in nats per token):
 * ``dL_train_phases``: the paired difference averaged over phases of the run, steps
   [0, 10%) (the default LR warmup), [10%, 25%), [25%, 50%), [50%, 100%) of the shorter of the
   pair: where a recipe gains or loses, not just where it ends (ms-fp4's DGE leads bf16 by
-  0.25 nats in the first phases and ends level).
+  0.2 nats over 10-25% of the run and ends level).
 * ``extra_tokens_frac``: AMD's metric. ``L*`` = the baseline's EMA loss at its last step;
   ``T_r`` = first token count at which the run's EMA loss is <= ``L*``;
   ``extra = T_r / T_bf16 - 1``. When the run never reaches ``L*`` it is reported as not
