@@ -325,12 +325,16 @@ class _MXLinearFn(torch.autograd.Function):
         ctx.c = c
         ctx.shape = shape
         ctx.fwd_signs = fwd["signs_t"]
-        ctx.x_store = x_store
+        # the stored codes and scales go through save_for_backward like every other saved
+        # tensor, so saved-tensor hooks (offloading, mxkernels.training.memory) see them
+        ctx.x_store = None if x_store is None else \
+            {k: v for k, v in x_store.items() if k not in ("codes", "scales")}
         ctx.has_bias = bias is not None
         ctx.w_dtype = weight.dtype
         ctx.save_for_backward(
             x2 if (saved_x is None and x_store is None) else saved_x,
-            weight if saved_w is None else saved_w, dge)
+            weight if saved_w is None else saved_w, dge,
+            *(() if x_store is None else (x_store["codes"], x_store["scales"])))
         ctx.saved_kinds = ("hp" if saved_x is None and x_store is None else
                            ("fwd" if saved_x is not None else "store"),
                            "hp" if saved_w is None else "fwd")
@@ -340,7 +344,7 @@ class _MXLinearFn(torch.autograd.Function):
     def backward(ctx, dy):
         c: _Ctx = ctx.c
         r = c.recipe
-        xs, ws, dge = ctx.saved_tensors
+        xs, ws, dge, *stored = ctx.saved_tensors
         dy2 = dy.reshape(-1, dy.shape[-1]).to(torch.float32)
         n_fwd = r.fprop.hadamard_n
         dx = dw = db = None
@@ -352,7 +356,8 @@ class _MXLinearFn(torch.autograd.Function):
             dx = dx[:, :ctx.shape[-1]].to(dy.dtype).reshape(ctx.shape)
         if ctx.needs_input_grad[1]:
             if ctx.saved_kinds[0] == "store":
-                xs = _load_activation(ctx.x_store, r.save_activations)
+                xs = _load_activation({**ctx.x_store, "codes": stored[0], "scales": stored[1]},
+                                      r.save_activations)
             dw = run_gemm(c, "wgrad", dy2.t(), xs.t())
             if ctx.saved_kinds[0] == "fwd" and ctx.fwd_signs is not None:
                 dw = Q.unrotate(dw, n_fwd, ctx.fwd_signs)
