@@ -2,11 +2,14 @@
 # Single training arms of an issue-8 grid at `small` scale on a lent GPU, one after another,
 # each under the time left. Usage:
 #   scripts/gpu_arms.sh OUTDIR GRID BUDGET_S RECIPE:SEED... [-- extra `mxref train` args]
-# runs `mxref train --recipe RECIPE --seed SEED` with the grid's model at the `small` size and the
-# budget, shape and eval cadence of that scale (experiments.SCALES: llama-30m or qwen3-moe-60m, 20M tokens,
-# seq 512 x 64, eval every 100 on 262144 tokens) and in-run checks every 300, into bench/results/train/GRID_small/RECIPE-sSEED. Each arm that completes comes back at once
-# as OUTDIR/RECIPE-sSEED.tgz (no checkpoints), so a later arm that runs out of time does not
-# take the earlier ones with it. An arm is not started with less than MIN_S (default 200) s left.
+# runs `mxref train --recipe RECIPE --seed SEED` with the grid's model at the `small` size and
+# that scale's budget, shape and eval cadence (experiments.SCALES: llama-30m or qwen3-moe-60m,
+# 20M tokens, seq 512 x 64, eval every 100 on 262144 tokens), with in-run checks every 300
+# (none for bf16), into bench/results/train/GRID_small/RECIPE-sSEED. Each arm that completes
+# comes back at once as OUTDIR/RECIPE-sSEED.tgz (no checkpoints), so a later arm that runs out
+# of time does not take the earlier ones with it; one cut short leaves its log.jsonl as
+# OUTDIR/RECIPE-sSEED.partial.jsonl. An arm is not started with less than MIN_S (default 200)
+# s left.
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_arms.sh OUTDIR GRID BUDGET_S RECIPE:SEED... [-- args]}
 GRID=${2:?grid}; BUDGET=${3:?budget seconds}; shift 3
