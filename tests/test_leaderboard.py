@@ -34,7 +34,7 @@ def clean_build(monkeypatch):
     """A made-up clean commit with a made-up tree. The commit is in no repository, so the
     tree check is replaced by its answer for that pair (test_leaderboard_tree.py checks real
     trees in a real repository)."""
-    from mxref.leaderboard import record as rmod
+    from mxref import provenance as rmod
     from mxref.leaderboard import submit as smod
     from mxref.verify import run as vrun
     monkeypatch.setenv("MXREF_COMMIT", COMMIT)

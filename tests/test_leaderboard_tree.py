@@ -17,7 +17,7 @@ from click.testing import CliRunner
 from test_leaderboard import _record, passing_report
 
 from mxref.cli import main
-from mxref.leaderboard import record as rmod
+from mxref import provenance as rmod
 from mxref.leaderboard.record import git_state, seal, tree_hash
 from mxref.leaderboard.schema import schema_problems
 from mxref.leaderboard.submit import (
