@@ -276,3 +276,9 @@ def get_profile(profile) -> Profile:
     except (KeyError, TypeError):
         raise UnknownProfileError(
             f"unknown profile {profile!r}; known profiles: {', '.join(PROFILES)}") from None
+
+
+def sr_profile(name: str) -> Profile:
+    """``name`` with stochastic rounding: the profile the corpus's stochastic-rounding files
+    (ops quantize_mx_sr, quantize_nvfp4_sr) are generated with and verified against."""
+    return get_profile(name).replace(name=f"{name}+sr", rounding="stochastic")

@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 import oracle as O
 from mxref.cli import main
+from mxref.golden import generate as G
 from mxref.golden import manifest as M
 from mxref.golden import store
 from mxref.golden.store import GoldenIntegrityError, column_numpy, read_golden
@@ -35,7 +36,7 @@ def test_corpus_size_budget():
 @pytest.mark.parametrize("level", [0, 1])
 def test_regeneration_matches_manifest_content(level):
     """CI regenerates L0/L1 and compares decoded content; also the coverage tripwire."""
-    problems = M.regenerate_check(ROOT, [level])
+    problems = G.regenerate_check(ROOT, [level])
     assert not problems, "\n".join(map(str, problems[:10]))
 
 
@@ -151,7 +152,7 @@ def test_coverage_shrink_tripwire(corpus):
     cls = next(iter(doc["files"][rel]["classes"]))
     doc["files"][rel]["classes"][cls] += 1          # the manifest says we used to have more
     (corpus / "MANIFEST.json").write_text(json.dumps(doc))
-    problems = M.regenerate_check(corpus, [0], ops=["quantize_mx"])
+    problems = G.regenerate_check(corpus, [0], ops=["quantize_mx"])
     assert any(p.check == "coverage" and cls in p.detail for p in problems)
 
 
@@ -226,3 +227,38 @@ def test_l0_tensor_rows_both_axes_agree_with_oracle(fmt):
                 assert s == sc2[r, b], (axis, r, b)
                 if s != 0xFF:
                     assert list(c) == list(c2[r, b * 32:(b + 1) * 32]), (axis, r, b)
+
+
+# ---- the corpus against the op table ---------------------------------------------------------
+def test_committed_files_follow_the_op_table():
+    """Every committed file's op is in mxref.ops.OPS and its columns are that op's row layout
+    (schemas only: cheap)."""
+    from mxref.ops import OPS
+    doc = M.load_manifest(ROOT)
+    for rel, e in doc["files"].items():
+        assert e["op"] in OPS, rel
+        schema = pa.ipc.open_file(pa.memory_map(str(ROOT / rel))).schema
+        assert tuple(schema.names) == OPS[e["op"]].columns, rel
+        assert schema.metadata[b"mxref.op"].decode() == e["op"], rel
+
+
+def test_generator_sources_cover_every_generator_module():
+    """The generator-source hash reads every module of the golden package, the kernels (a module
+    or a package) and the op table, as sorted posix paths relative to mxref/."""
+    from mxref.golden.columns import ROOT as MX, generator_source_files
+    files = generator_source_files()
+    assert files == sorted(set(files))
+    golden = {p.relative_to(MX).as_posix() for p in (MX / "golden").rglob("*.py")}
+    assert golden <= set(files)
+    kernels = {p.relative_to(MX).as_posix() for p in MX.glob("_kernels/*.py")} | \
+        ({"_kernels.py"} if (MX / "_kernels.py").is_file() else set())
+    assert kernels and kernels <= set(files)
+    assert {"ops.py", "formats.py", "profiles.py", "quantize.py", "golden/store.py"} <= set(files)
+
+
+def test_family_writers_match_the_op_table():
+    from mxref.golden.generate import WRITERS, file_specs
+    from mxref.ops import OP_NAMES
+    assert tuple(WRITERS) == OP_NAMES
+    with pytest.raises(KeyError, match="unknown golden op"):
+        file_specs(0, ["no_such_op"])

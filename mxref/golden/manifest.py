@@ -1,46 +1,18 @@
-"""Generate a suite into a directory with its MANIFEST.json, and check one.
+"""Read a suite's MANIFEST.json and check the committed files against it.
 
-Three independent drift checks (conformance_anchors C.4): the generator-source hash recorded
-in the manifest, byte hashes of the committed files, and content hashes of a regeneration.
+The read side only: the corpus is written (and regenerated for the content check) by
+:mod:`mxref.golden.generate`. Of the three drift checks (conformance_anchors C.4), :func:`check`
+does two: the generator-source hash recorded in the manifest and the byte hashes of the files.
 """
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from .store import FORMAT_VERSION, GoldenIntegrityError, content_hash, read_golden
-from .suites import (build_file, dumps_manifest, file_specs, generator_source_sha256,
-                     manifest_entry)
-from .store import sha256_bytes
-import pyarrow as pa
+from .columns import generator_source_sha256
+from .store import FORMAT_VERSION, GoldenIntegrityError, read_golden, sha256_bytes
 
 MANIFEST = "MANIFEST.json"
-
-
-def generate(root: Path, levels, ops=None, progress=None, cross_check=True) -> dict:
-    """Write every file of the given levels (and ops) under root, and root/MANIFEST.json.
-
-    Entries of an existing manifest outside this run's levels and ops are kept as they are
-    (their files are not rewritten), so ``--suite OP`` adds or refreshes one op's files; the
-    manifest's generator hash is the current one. Returns the entries written by this run."""
-    root = Path(root)
-    specs = [s for lv in levels for s in file_specs(lv, ops)]
-    kept = {}
-    if (root / MANIFEST).is_file():
-        kept = {rel: e for rel, e in load_manifest(root)["files"].items()
-                if e["level"] not in set(levels) or (ops is not None and e["op"] not in ops)}
-    entries = {}
-    for spec in specs:
-        res = build_file(spec, root, cross_check=cross_check)
-        if progress:
-            progress(spec)
-        if res is None:
-            continue
-        data, rows, cov = res
-        table = pa.ipc.open_file(pa.BufferReader(data)).read_all()
-        entries[spec.relpath] = manifest_entry(spec, data, rows, cov, content_hash(table))
-    (root / MANIFEST).write_text(dumps_manifest({**kept, **entries}))
-    return entries
 
 
 def load_manifest(root: Path) -> dict:
@@ -95,41 +67,4 @@ def check(root: Path, sources=True) -> list[GoldenIntegrityError]:
         if table.num_rows != entry["rows"]:
             problems.append(GoldenIntegrityError(path, "rows",
                                                  f"{table.num_rows} rows, manifest says {entry['rows']}"))
-    return problems
-
-
-def regenerate_check(root: Path, levels, ops=None) -> list[GoldenIntegrityError]:
-    """Regenerate in memory and compare decoded content (and class counts) with the manifest."""
-    root = Path(root)
-    try:
-        doc = load_manifest(root)
-    except GoldenIntegrityError as e:
-        return [e]
-    problems = []
-    want = {rel: e for rel, e in doc["files"].items() if e["level"] in set(levels)
-            and (ops is None or e["op"] in ops)}
-    seen = set()
-    for spec in (s for lv in levels for s in file_specs(lv, ops)):
-        res = build_file(spec, None, cross_check=False)
-        if res is None:
-            continue
-        seen.add(spec.relpath)
-        data, rows, cov = res
-        entry = want.get(spec.relpath)
-        if entry is None:
-            problems.append(GoldenIntegrityError(root / spec.relpath, "manifest",
-                                                 "the generator produces this file; the manifest lacks it"))
-            continue
-        got = content_hash(pa.ipc.open_file(pa.BufferReader(data)).read_all())
-        if got != entry["sha256_content"]:
-            problems.append(GoldenIntegrityError(root / spec.relpath, "sha256 content",
-                                                 "regenerated content differs from MANIFEST.json"))
-        for cls, n in entry["classes"].items():
-            if cov.get(cls, 0) < n:
-                problems.append(GoldenIntegrityError(
-                    root / spec.relpath, "coverage",
-                    f"class {cls} shrank from {n} to {cov.get(cls, 0)} rows"))
-    for rel in sorted(set(want) - seen):
-        problems.append(GoldenIntegrityError(root / rel, "generator",
-                                             "in MANIFEST.json but no longer generated"))
     return problems
