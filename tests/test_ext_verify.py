@@ -9,14 +9,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mxref.backends.base import EXT_OPS
+from mxref.ops import OP_NAMES, family_ops
 from mxref.backends.numba_backend import NumbaBackend
 from mxref.backends.planted import GemmZeroScale, RotateFloat64, SRStrict
 from mxref.golden.store import column_numpy, read_golden
 from mxref.quantize import dequantize
 from mxref.verify import verify
-from mxref.verify.engine import default_golden_root, select_files
-from mxref.verify.ext_runners import _gemm_within
+from mxref.verify.compare import gemm_within
+from mxref.verify.select import default_golden_root, select_files
+
+EXT_OPS = tuple(op for op in OP_NAMES if op not in family_ops("quantize"))
 
 ROOT = default_golden_root()
 
@@ -118,7 +120,7 @@ def test_gemm_within_decides_nan_inf_and_boundaries():
     exp = f([1.0, np.nan, 2.0, 4.0, 1.0, 3.0, np.nan])
     act = f([1.0 + 2 ** -23, np.nan, np.nan, 4.0 + 2 ** -21, 1.0 + 2 ** -22, np.nan, 3.0])
     bound = np.array([2.0 ** -23, 0.0, np.inf, 2.0 ** -22, 2.0 ** -23, 1.0, np.inf])
-    ok, ulp = _gemm_within(act, exp, bound)
+    ok, ulp = gemm_within(act, exp, bound)
     # exactly at the bound passes; an infinite bound (possible overflow) accepts anything,
     # NaN included; NaN where the exact result is finite fails; beyond the bound fails;
     # a finite result where the exact result is NaN fails whatever the bound
@@ -136,7 +138,7 @@ def test_gemm_golden_bounds_are_consistent():
             ex = np.array(t.column("exp_exact")[r].as_py(), np.uint32)
             bs = np.array(t.column("exp_block_sequential")[r].as_py(), np.uint32)
             bd = np.array(t.column("exp_bound")[r].as_py(), np.uint64).view(np.float64)
-            ok, _ = _gemm_within(bs, ex, bd)
+            ok, _ = gemm_within(bs, ex, bd)
             assert ok.all(), (gf.relpath, r, column_numpy(t, "class")[r])
 
 
@@ -147,7 +149,7 @@ def test_decomposition_identity_holds_bit_exactly_on_every_golden():
     from fractions import Fraction
 
     import mxref
-    from mxref.golden.suites_ext import FLAG_BITS
+    from mxref.golden.suites.decompose import FLAG_BITS
     _, files = select_files(ROOT, levels=(0, 1), ops=["decompose"])
     assert len(files) >= 38
     checked = 0
@@ -216,7 +218,7 @@ def test_a_format_the_corpus_names_can_be_selected():
     # the rotate op's files are format "hadamard", which is no MX format: `verify -f hadamard`
     # selects them (leaderboard run gpu needs it); a name neither mxref nor the corpus knows is
     # still refused
-    from mxref.verify.engine import SelectionError
+    from mxref.verify.select import SelectionError
     _, files = select_files(ROOT, levels=(0, 1), ops=["rotate", "quantize_mx"],
                             formats=["hadamard"])
     assert files and {(gf.op, gf.fmt) for gf in files} == {("rotate", "hadamard")}

@@ -17,11 +17,11 @@ from mxref.backends.numba_backend import NumbaBackend
 from mxref.backends.planted import (EmaxOffByOne, Float32Log2Scale, NanNotPoisoned,
                                     SwappedNibbles, TiesAway, ZeroScaleIsZero)
 from mxref.cli import main
-from mxref.backends.base import GOLDEN_OPS
+from mxref.ops import OP_NAMES
 from mxref.golden.manifest import load_manifest
 from mxref.golden.store import column_numpy, read_golden
 from mxref.verify import detect_profile, verify
-from mxref.verify.engine import default_golden_root
+from mxref.verify.select import default_golden_root
 from mxref.verify.expectations import ExpectationsError, load_expectations
 
 ROOT = default_golden_root()
@@ -38,7 +38,7 @@ def test_numba_self_check_level0():
     assert rep.exit_code == 0 and rep.doc["status"] == "pass"
     n_l0 = sum(1 for e in load_manifest(ROOT)["files"].values() if e["level"] == 0)
     assert s["cases"] > 3000 and s["passed_cases"] == s["cases"] and s["files"] == n_l0
-    assert set(f["op"] for f in rep.doc["files"]) == set(GOLDEN_OPS)
+    assert set(f["op"] for f in rep.doc["files"]) == set(OP_NAMES)
 
 
 # ---- planted bugs: each exits 1 and names the right class ------------------------------------
@@ -286,6 +286,8 @@ def test_pytest_plugin_reports_record(tmp_path):
     assert r.returncode == 1, r.stdout[-2000:]
     assert "test_pack[fp32-mxfp4-ocp-L1-L3]" in r.stdout
     assert "xor 0x" in r.stdout and "1 failed" in r.stdout
+    assert ("reproduce:     mxref verify -b mxref.backends.planted:SwappedNibbles --level 1 "
+            "--ops pack -f mxfp4 --src-dtype float32 --classes L3") in r.stdout
     ok = subprocess.run(cmd[:-3] + ["--mxref-backend=numba", "--mxref-ops=pack"],
                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert ok.returncode == 0 and " passed" in ok.stdout

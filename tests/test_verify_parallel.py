@@ -12,10 +12,10 @@ from mxref.backends.numba_backend import NumbaBackend
 from mxref.backends.planted import SwappedNibbles, TiesAway
 from mxref.cli import main
 from mxref.verify import verify
-from mxref.verify.engine import default_golden_root, select_files
 from mxref.verify.expectations import load_expectations
 from mxref.verify.parallel import VerifyWorkerError, verify_parallel
-from mxref.verify.run import merge_reports, shard_of
+from mxref.verify.run import merge_reports
+from mxref.verify.select import default_golden_root, plan_files, select_files, shard_of
 
 from test_verify import PACK_EXPECTATIONS
 
@@ -48,7 +48,6 @@ def _strip(doc):
 
 
 def _merged(backend, n, **kw):
-    from mxref.verify.run import plan_files
     docs = [verify(backend, shard=(k, n), **kw).doc for k in range(n)]
     sel = _files(levels=kw.get("levels", (1,)), ops=kw.get("ops"),
                  profiles=kw.get("profiles"), formats=kw.get("formats"))

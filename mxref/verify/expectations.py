@@ -1,6 +1,6 @@
 """Expectations manifests: a backend's known deviations, each with a reason and a link.
 
-TOML (read with the standard library's ``tomllib``)::
+TOML (read with the standard library's ``tomllib``; ``tomli`` on Python 3.10)::
 
     backend = "ml_dtypes"                      # informational
     [[deviation]]
@@ -16,12 +16,15 @@ is reported as XPASS (and fails the run under ``--strict-xpass``), so the manife
 """
 from __future__ import annotations
 
-import tomllib
+try:
+    import tomllib
+except ModuleNotFoundError:        # Python 3.10
+    import tomli as tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import MXRefError
-from ..backends.base import GOLDEN_OPS
+from ..ops import OP_NAMES
 
 FILTER_KEYS = ("op", "format", "profile", "src_dtype", "classes", "case_id", "field")
 KNOWN_KEYS = set(FILTER_KEYS) | {"class", "reason", "link"}
@@ -78,7 +81,7 @@ def load_expectations(path) -> list[Deviation]:
         for req in ("op", "reason", "link"):
             if not isinstance(d.get(req), str) or not d[req].strip():
                 raise ExpectationsError(f"{where}: {req!r} is required (a non-empty string)")
-        if d["op"] not in GOLDEN_OPS:
+        if d["op"] not in OP_NAMES:
             raise ExpectationsError(f"{where}: unknown op {d['op']!r}")
         classes = d.get("classes") or ([d["class"]] if "class" in d else None)
         cid = d.get("case_id")

@@ -1,4 +1,4 @@
-"""`mxref verify --jobs N`: the selection split into N shards (`run.shard_of`), each verified by
+"""`mxref verify --jobs N`: the selection split into N shards (`select.shard_of`), each verified by
 its own worker process, and the shard reports merged into one ``mxref-verify/1`` document
 (`run.merge_reports`) equal, counters, files, records and status, to a one-process run's.
 

@@ -1,5 +1,9 @@
 """`mxref verify` as a library call: select, run, compare, apply expectations, summarize.
 
+One loop: the selected files (``select.py``) are opened, each through its op's check
+(``checks/<family>.py``, found through :mod:`mxref.ops`), the results (``compare.py``) are
+summed into one report.
+
 :func:`verify` returns a :class:`VerifyReport` whose ``to_json()`` is the ``mxref-verify/1``
 document and whose ``exit_code`` is what the CLI exits with:
 
@@ -11,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib
 import platform
 import sys
 from dataclasses import dataclass, field
@@ -20,9 +25,13 @@ import numpy as np
 
 from .. import __version__
 from ..backends.base import BackendUnavailable
+from ..golden.store import column_numpy
+from ..ops import FAMILIES, PROFILE_FREE_OPS, family_ops
 from ..profiles import PROFILES
-from .engine import (ERROR, MISMATCH, PASS, PROFILE_FREE_OPS, SKIPPED, XFAIL, FileResult,
-                     default_golden_root, open_checked, run_file, select_files)
+from ..provenance import git_state
+from .compare import ERROR, MISMATCH, PASS, SKIPPED, XFAIL, FileResult
+from .select import (GoldenFile, default_golden_root, open_checked, plan_files, select_files,
+                     shard_of)
 
 SCHEMA = "mxref-verify/1"
 EXIT_OK, EXIT_FAIL, EXIT_USAGE, EXIT_INTEGRITY, EXIT_UNAVAILABLE, EXIT_EMPTY = 0, 1, 2, 3, 4, 5
@@ -53,7 +62,6 @@ def _env() -> dict:
 @functools.lru_cache(maxsize=1)
 def _git() -> dict:
     """The commit verified (the leaderboard binds a record to the verify run of its build)."""
-    from ..leaderboard.record import git_state
     g = git_state()
     return {"commit": g["commit"], "dirty": g["dirty"]}
 
@@ -71,11 +79,6 @@ def _describe(backend) -> dict:
     return d
 
 
-def _claims(backend, profile) -> bool:
-    claimed = tuple(getattr(backend, "profiles", ()))
-    return "*" in claimed or profile in claimed
-
-
 def check_backend(backend) -> None:
     """Raise BackendUnavailable when the backend says it cannot run here."""
     chk = getattr(backend, "check_available", None)
@@ -87,6 +90,41 @@ def check_backend(backend) -> None:
         raise
     except Exception as e:  # noqa: BLE001
         raise BackendUnavailable(f"check_available raised {type(e).__name__}: {e}") from None
+
+
+# ---- one golden file --------------------------------------------------------------------------
+def _runners() -> dict:
+    """op -> runner, from each family's checks module (``verify/checks/<family>.py``)."""
+    table = {}
+    for family in FAMILIES:
+        mod = importlib.import_module(f"{__package__}.checks.{family}")
+        if set(mod.RUNNERS) != set(family_ops(family)):
+            raise RuntimeError(f"{mod.__name__}.RUNNERS covers {sorted(mod.RUNNERS)}, but "
+                               f"mxref.ops lists {sorted(family_ops(family))} for {family!r}")
+        table.update(mod.RUNNERS)
+    return table
+
+
+_RUNNERS = _runners()
+
+
+def run_file(backend, table, gf: GoldenFile, *, profile: str, classes=None) -> FileResult:
+    """Run one golden file through the backend as `profile` and compare every field."""
+    cls = column_numpy(table, "class")
+    n = len(cls)
+    sel = np.ones(n, bool) if not classes else np.isin(cls, list(classes))
+    res = FileResult(gf=gf, classes=cls, case_ids=column_numpy(table, "case_id"),
+                     status=np.zeros(n, np.int8), selected=sel)
+    rows = np.nonzero(sel)[0]
+    if not len(rows):
+        return res
+    if gf.op not in getattr(backend, "ops", ()):
+        res.status[rows] = SKIPPED
+        for r in rows:
+            res.reasons[int(r)] = f"backend does not implement op {gf.op}"
+        return res
+    _RUNNERS[gf.op](backend, table, res, rows, profile)
+    return res
 
 
 class _Run:
@@ -243,66 +281,6 @@ class _Run:
             self.tests[key] = entry
 
 
-def plan_files(backend, files, *, ops=None, profiles=None, run_as=None, name="?", claimed_names=()):
-    """Which selected files a backend is run on: its claimed profiles (profile-free ops always),
-    and only ops it implements unless ops were asked for explicitly (then they count as
-    skipped). Returns (files, notes)."""
-    notes = []
-    backend_ops = set(getattr(backend, "ops", ()))
-    if run_as is not None:
-        return files, notes
-    asked = set(profiles or PROFILES)
-    claimed = {p for p in asked if _claims(backend, p)}
-    unclaimed = sorted(asked - claimed) if profiles else []
-    if profiles and not claimed:
-        raise BackendUnavailable(
-            f"backend {name!r} claims none of the requested profiles ({', '.join(sorted(asked))}); "
-            f"it claims {', '.join(claimed_names) or 'none'}")
-    if unclaimed:
-        notes.append(f"not claimed by the backend, not run: {', '.join(unclaimed)}")
-    files = [f for f in files if f.op in PROFILE_FREE_OPS or f.profile in claimed]
-    not_impl = sorted({f.op for f in files} - backend_ops)
-    if not_impl and not ops:
-        notes.append(f"ops the backend does not implement, not run: {', '.join(not_impl)}")
-        files = [f for f in files if f.op in backend_ops]
-    return files, notes
-
-
-def shard_of(files, shard: int, nshards: int) -> list:
-    """The files of shard `shard` (0-based) of `nshards`: a deterministic partition of `files`
-    that every process computes alike from the same selection.
-
-    Files are grouped by (op, format), so that one process compiles each kernel family once;
-    while there are fewer groups than shards the largest splits in two; then the groups go,
-    largest first (rows + 256 per file), to the least-loaded shard. Each shard keeps the
-    manifest order."""
-    if not 0 <= shard < nshards:
-        raise ValueError(f"shard {shard + 1} is not in 1..{nshards}")
-    order = {f.relpath: i for i, f in enumerate(files)}
-    groups: dict = {}
-    for f in files:
-        groups.setdefault((f.op, f.fmt), []).append(f)
-    units = [g for _, g in sorted(groups.items())]
-
-    def weight(u):
-        return sum(f.rows + 256 for f in u)
-    while len(units) < nshards:
-        big = max(range(len(units)), key=lambda i: (len(units[i]) > 1, weight(units[i]), -i),
-                  default=None)
-        if big is None or len(units[big]) < 2:
-            break
-        u = units.pop(big)
-        units[big:big] = [u[:len(u) // 2], u[len(u) // 2:]]
-    load = [0] * nshards
-    mine = []
-    for u in sorted(units, key=lambda u: (-weight(u), order[u[0].relpath])):
-        k = min(range(nshards), key=lambda i: (load[i], i))
-        load[k] += weight(u)
-        if k == shard:
-            mine.extend(u)
-    return sorted(mine, key=lambda f: order[f.relpath])
-
-
 def _outcome(t: dict, xpass: list, strict_xpass: bool) -> tuple[int, str]:
     ran = t["cases"] - t["skipped_unsupported"]
     if t["cases"] == 0:
@@ -414,7 +392,8 @@ def verify(backend, *, root=None, levels=(1,), ops=None, profiles=None, formats=
                             "formats": list(formats or []), "src_dtypes": list(src_dtypes or []),
                             "classes": list(classes or [])}}
     files, notes = plan_files(backend, files, ops=ops, profiles=profiles, run_as=run_as,
-                              name=header['backend']['name'], claimed_names=header['backend']['profiles_claimed'])
+                              name=header["backend"]["name"],
+                              claimed_names=header["backend"]["profiles_claimed"])
     if only is not None:
         files = [f for f in files if f.relpath in only]
     if shard is not None:
