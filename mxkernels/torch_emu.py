@@ -539,6 +539,17 @@ def quantize_mx(x, src_dtype: str | None = None, fmt="mxfp8_e4m3", profile="ocp"
     return scales.to(torch.uint8).contiguous(), codes.to(torch.uint8).contiguous()
 
 
+def _block_poisoned(has_nan, has_inf, p):
+    """Blocks whose NaN / Inf poisons them (nan_in_block / inf_in_block = 'poison'): the scale
+    is NaN and the element codes are don't-care (docs/semantics.md, step 2)."""
+    poison = torch.zeros_like(has_nan)
+    if p.nan_in_block == "poison":
+        poison = poison | has_nan
+    if p.inf_in_block == "poison":
+        poison = poison | has_inf
+    return poison
+
+
 def _quantize_blocks(blocks, g: _Grid, p, rbits=None):
     """[..., nb, bs] fp32 bits -> (scale bytes [..., nb], codes [..., nb, bs]) int64."""
     a = blocks & 0x7FFFFFFF
@@ -548,12 +559,8 @@ def _quantize_blocks(blocks, g: _Grid, p, rbits=None):
     amax = torch.where(finite, a, torch.zeros_like(a)).amax(-1)
     has_nan = is_nan.any(-1)
     has_inf = is_inf.any(-1)
-    poison = torch.zeros_like(has_nan)
-    if p.nan_in_block == "poison":
-        poison = poison | has_nan
-    if p.inf_in_block == "poison":
-        poison = poison | has_inf
-    elif p.inf_in_block == "exponent":
+    poison = _block_poisoned(has_nan, has_inf, p)
+    if p.inf_in_block == "exponent":
         amax = torch.where(has_inf, _const(_INF, amax), amax)   # Inf read as 2^128
     s = _shared_exp(amax, g, p)
     if p.inf_in_block == "scale_max":
@@ -694,11 +701,7 @@ def _nvfp4_core(blocks, p, ga, rbits):
     if ga is None:
         ga = bamax.amax(-1) if bamax.shape[-1] else torch.zeros(bamax.shape[0], dtype=_I64,
                                                                  device=a.device)
-    poison = torch.zeros_like(bamax, dtype=torch.bool)
-    if p.nan_in_block == "poison":
-        poison = poison | is_nan.any(-1)
-    if p.inf_in_block == "poison":
-        poison = poison | is_inf.any(-1)
+    poison = _block_poisoned(is_nan.any(-1), is_inf.any(-1), p)
     ga1 = ga.unsqueeze(-1)                                   # [T, 1]
     one = _const(_ONE, ga1)
     order = p.nvfp4_order

@@ -25,10 +25,11 @@ import triton
 import triton.language as tl
 from mxkernels._memo import memo_dict
 
-from mxkernels.triton_quant import (KernelUnsupported, _bitlen32, _element_value, _encode,
-                                    _false_like, _finish, _max_along, _round_sig,
-                                    _shared_exponent, _to_f32, element_constexprs,
-                                    profile_constexprs)
+from mxkernels.triton_common import (_bitlen32, _block_poisoned, element_constexprs, _encode,
+                                     _false_like, _finish, KernelUnsupported, _max_along,
+                                     _mx_scale_byte, _mx_scale_finish, profile_constexprs,
+                                     _round_sig, _shared_exponent)
+from mxkernels.triton_quant import (_element_value, _to_f32)
 from mxref.formats import E2M1, FORMATS, get_format
 from mxref.fp8fp4 import (DecodedOverflowError, FP8TensorError, GroupSizeError,
                           ScaleRangeError, group_headroom)
@@ -196,21 +197,13 @@ def fp8_to_mxfp4_kernel(
     s = _shared_exponent(amax, EL_EMAX, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE, RCEIL_ANY_UP,
                          RCEIL_LOG2)
     s = s + tl.where(big, 64, 0)
-    nan_scale = g < 0
-    if INF_MODE == 0:
-        nan_scale = nan_scale | has_inf
-    if NAN_POISON:
-        nan_scale = nan_scale | has_nan
+    nan_scale = _block_poisoned(has_nan, has_inf, NAN_POISON, INF_MODE)
     if RCEIL_LOG2:             # float32-log2 RCEIL is not shift invariant: refuse >= 2^128
         bad = big & ~nan_scale
         tl.atomic_max(status_ptr, _max_along(tl.where(bad & g_ok, 1, 0), 0))
         nan_scale = nan_scale | bad
-    if SCALE_OVF_NAN:
-        nan_scale = nan_scale | (s > 127)
-    s = tl.minimum(tl.maximum(s, -127), 127)
-    if INF_MODE == 1:
-        s = tl.where(has_inf, 127, s)
-    tl.store(scale_ptr + g, tl.where(nan_scale, 255, s + 127).to(tl.uint8), mask=g_ok)
+    byte, s, nan_scale = _mx_scale_finish(s, nan_scale, has_inf, INF_MODE, SCALE_OVF_NAN)
+    tl.store(scale_ptr + g, byte.to(tl.uint8), mask=g_ok)
 
     # elements: round sig * 2^(exp2 + G - 127 - s) once onto E2M1
     se = tl.where(s == -127, ZEXP, s)
@@ -274,21 +267,10 @@ def reblock_kernel(
     amax = _max_along(tl.where(a < _INF, a, 0), DST_AXIS)
     has_nan = _max_along(tl.where(a > _INF, 1, 0), DST_AXIS) > 0
     has_inf = _max_along(tl.where(a == _INF, 1, 0), DST_AXIS) > 0
-    if INF_MODE == 2:
-        amax = tl.where(has_inf, _INF, amax)
-    s = _shared_exponent(amax, EL_EMAX, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE,
-                         RCEIL_ANY_UP, RCEIL_LOG2)
-    nan_scale = amax < 0
-    if INF_MODE == 0:
-        nan_scale = nan_scale | has_inf
-    if NAN_POISON:
-        nan_scale = nan_scale | has_nan
-    if SCALE_OVF_NAN:
-        nan_scale = nan_scale | (s > 127)
-    s = tl.minimum(tl.maximum(s, -127), 127)
-    if INF_MODE == 1:
-        s = tl.where(has_inf, 127, s)
-    byte = tl.where(nan_scale, 255, s + 127).to(tl.uint8)
+    byte, s, nan_scale = _mx_scale_byte(amax, has_nan, has_inf, EL_EMAX, EL_MAXSIG, EL_EVENTHR,
+                                        EL_MAXF32, SCALE_RULE, RCEIL_ANY_UP, RCEIL_LOG2,
+                                        NAN_POISON, INF_MODE, SCALE_OVF_NAN)
+    byte = byte.to(tl.uint8)
     if DST_AXIS == 0:
         tl.store(dscale_ptr + tl.program_id(0).to(tl.int64) * n_cols + cols, byte,
                  mask=cols < n_cols)

@@ -127,7 +127,8 @@ import triton
 import triton.language as tl
 from mxkernels._memo import memo, memo_dict
 
-from mxkernels.triton_quant import KernelUnsupported, _max_along, _normalize, _widen_to_f32
+from mxkernels.triton_common import (KernelUnsupported, _max_along, _normalize,
+                                     _shared_exponent_normal, _widen_to_f32)
 from mxref.errors import MXRefError
 from mxref.formats import get_format
 from mxref.profiles import PROFILES, SCALE_RULES, get_profile
@@ -161,25 +162,6 @@ def _scale_offsets(row, blk, n_pad_blk, LAYOUT: tl.constexpr, ROW_STRIDE, BLK_ST
         off = (((((r // 32) * (n_pad_blk // 8) + c // 8) * 4 + c % 4) * 16 + r % 16) * 2
                + (c // 4) % 2) * 2 + (r // 16) % 2
     return off
-
-
-@triton.jit
-def _block_byte(amax, EL_EMAX: tl.constexpr, EL_MAXSIG: tl.constexpr,
-                EL_EVENTHR: tl.constexpr, SCALE_RULE: tl.constexpr):
-    """E8M0 byte of non-poisoned blocks from the amax bits (P1)."""
-    ea = amax >> 23
-    mant = amax & 0x7FFFFF
-    if SCALE_RULE == 0:                        # floor
-        t = ea - EL_EMAX
-    elif SCALE_RULE == 1:                      # rceil: sig > M
-        t = ea - EL_EMAX + tl.where(mant > EL_MAXSIG - 0x800000, 1, 0)
-    elif SCALE_RULE == 2:                      # ceil: sig > 1
-        t = ea - EL_EMAX + tl.where(mant > 0, 1, 0)
-    elif SCALE_RULE == 3:                      # even: sig >= 2 - 2^-(mbits+1)
-        t = ea - EL_EMAX + tl.where(mant >= EL_EVENTHR - 0x800000, 1, 0)
-    else:                                      # round_down: - [sig < M]
-        t = ea - EL_EMAX - tl.where(mant < EL_MAXSIG - 0x800000, 1, 0)
-    return tl.maximum(t, 0)
 
 
 @triton.jit
@@ -228,7 +210,7 @@ def _orient(a, b, blk_ok, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr
         b3 = tl.reshape(b, (BR // 32, 32, BC))
         amax = _max_along(a3, 1)
     poison = amax >= 0x7F800000                   # NaN or Inf in the block
-    byte = _block_byte(amax, EL_EMAX, EL_MAXSIG, EL_EVENTHR, SCALE_RULE)
+    byte = _shared_exponent_normal(amax, EL_EMAX, EL_MAXSIG, EL_EVENTHR, SCALE_RULE)
     # an all-zero block (byte 0x00) is scaled by 2^0: its +-0 elements give code 0 under any
     # scale, and 2^127 would turn a = 0 into y = 1.0 (P6: field-0 inputs need byte >= SAFE_BYTE)
     s = tl.where(amax == 0, 0, byte - 127)
@@ -424,7 +406,7 @@ def _qdq_orient(a, b, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
         b3 = tl.reshape(b, (BR // 32, 32, BC))
         amax = _max_along(a3, 1)
     poison = amax >= 0x7F800000
-    byte = _block_byte(amax, EL_EMAX, EL_MAXSIG, EL_EVENTHR, SCALE_RULE)
+    byte = _shared_exponent_normal(amax, EL_EMAX, EL_MAXSIG, EL_EVENTHR, SCALE_RULE)
     inv = ((254 << 23) - (byte << 23)).to(tl.float32, bitcast=True)   # 2^-s (P2)
     sc = tl.where(byte == 0, 0x400000, byte << 23).to(tl.float32, bitcast=True)   # 2^s
     if AXIS == 1:

@@ -673,8 +673,8 @@ def _plane_table(el_name: str) -> tuple[np.ndarray, int]:
     = q * 2^base); g is the smallest plane that holds it in int8."""
     if el_name in _PLANE_CACHE:
         return _PLANE_CACHE[el_name]
-    from mxref.gemm import KIND_INF, KIND_NAN, _element_table
-    q, kind, neg, _, n = _element_table(el_name)
+    from mxref.gemm import KIND_INF, KIND_NAN, element_table
+    q, kind, neg, _, n = element_table(el_name)
     out = np.zeros(256, dtype=np.int32)
     G = 1
     for c in range(n):
@@ -703,9 +703,9 @@ def _plane_table(el_name: str) -> tuple[np.ndarray, int]:
 
 def _max_block_sum_bits(fa: str, fb: str) -> int:
     """Bits of the largest |P_j| = 32 max|qa| max|qb| of a pair."""
-    from mxref.gemm import _element_table
-    qa = int(_element_table(get_format(fa).element.name)[0].max())
-    qb = int(_element_table(get_format(fb).element.name)[0].max())
+    from mxref.gemm import element_table
+    qa = int(element_table(get_format(fa).element.name)[0].max())
+    qb = int(element_table(get_format(fb).element.name)[0].max())
     return (32 * qa * qb).bit_length()
 
 
@@ -772,9 +772,9 @@ def _lut(name: str, device) -> torch.Tensor:
 
 def _part_range(fa: str, fb: str) -> tuple[int, int]:
     """(PLO, PHI): a nonzero exact block sum has 2^PLO <= |part| < 2^PHI."""
-    from mxref.gemm import _element_table
-    qa, _, _, base_a, _ = _element_table(get_format(fa).element.name)
-    qb, _, _, base_b, _ = _element_table(get_format(fb).element.name)
+    from mxref.gemm import element_table
+    qa, _, _, base_a, _ = element_table(get_format(fa).element.name)
+    qb, _, _, base_b, _ = element_table(get_format(fb).element.name)
     bound = 32 * int(qa.max()) * int(qb.max())
     return base_a + base_b, base_a + base_b + bound.bit_length()
 
@@ -792,8 +792,8 @@ def gemm_kernel_params(fmt_a: str, fmt_b: str, mode: str = "block_sequential") -
                 "'bound')")
         if _planes_pair(fa, fb):
             ela, elb = get_format(fa).element, get_format(fb).element
-            from mxref.gemm import _element_table
-            base = _element_table(ela.name)[3] + _element_table(elb.name)[3]
+            from mxref.gemm import element_table
+            base = element_table(ela.name)[3] + element_table(elb.name)[3]
             return {"OPS": 2, "GA": _plane_table(ela.name)[1], "GB": _plane_table(elb.name)[1],
                     "W": _PLANE_W, "BASE": base, "SPECIAL": True,
                     "HAS_INF": "mxfp8_e5m2" in (fa, fb), "F64": _max_block_sum_bits(fa, fb) <= 53,

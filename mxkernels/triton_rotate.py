@@ -56,27 +56,11 @@ from mxkernels._memo import DeviceConsts, memo_dict
 from mxkernels.triton_sr import _philox4 as _philox_word0  # Philox4x32-10, word 0
 from mxkernels.triton_fast import _orient as _fast_orient   # the fast MX encoder (@jit)
 from mxkernels.triton_fast import supports as _fast_supports
-from mxkernels.triton_quant import (
-    KernelUnsupported,
-    _as_bits,
-    _e4m3_code_of_f32,
-    _element_value,
-    _encode,
-    _f32_div,
-    _f32_min_pos,
-    _f32_mul,
-    _f32_parts,
-    _finish,
-    _max_along,
-    _normalize,
-    _round_sig,
-    _shared_exponent,
-    _to_f32,
-    _widen_to_f32,
-    mx_constexprs,
-    nvfp4_tensor_scale_kernel,
-    pack_codes,
-)
+from mxkernels.triton_common import (_encode, _f32_div, _f32_min_pos, _f32_mul, _f32_parts,
+                                     _finish, KernelUnsupported, _max_along, _mx_scale_byte,
+                                     _normalize, _nvfp4_block_scales, _round_sig, _widen_to_f32)
+from mxkernels.triton_quant import (_as_bits, _element_value, mx_constexprs,
+                                    nvfp4_tensor_scale_kernel, pack_codes, _to_f32)
 from mxref.formats import get_format
 from mxref.profiles import get_profile
 from mxref.rotate import ROTATION_SIZES, TE16_SIGNS, inv_sqrt_n_bits
@@ -183,21 +167,9 @@ def _mx_blocks(b, EL_IS_INT: tl.constexpr, EL_MBITS: tl.constexpr, EL_EMIN: tl.c
     amax = _max_along(tl.where(fin, a, 0), 1)
     has_nan = _max_along(tl.where(a > _F32_INF, 1, 0), 1) > 0
     has_inf = _max_along(tl.where(a == _F32_INF, 1, 0), 1) > 0
-    if INF_MODE == 2:
-        amax = tl.where(has_inf, _F32_INF, amax)
-    s = _shared_exponent(amax, EL_EMAX, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE,
-                         RCEIL_ANY_UP, RCEIL_LOG2)
-    nan_scale = amax < 0                          # all False
-    if INF_MODE == 0:
-        nan_scale = nan_scale | has_inf
-    if NAN_POISON:
-        nan_scale = nan_scale | has_nan
-    if SCALE_OVF_NAN:
-        nan_scale = nan_scale | (s > 127)
-    s = tl.minimum(tl.maximum(s, -127), 127)
-    if INF_MODE == 1:
-        s = tl.where(has_inf, 127, s)
-    byte = tl.where(nan_scale, 255, s + 127)
+    byte, s, nan_scale = _mx_scale_byte(amax, has_nan, has_inf, EL_EMAX, EL_MAXSIG, EL_EVENTHR,
+                                        EL_MAXF32, SCALE_RULE, RCEIL_ANY_UP, RCEIL_LOG2,
+                                        NAN_POISON, INF_MODE, SCALE_OVF_NAN)
     se = tl.where(s == -127, ZEXP, s)
     code = _encode(b, se[:, None], EL_IS_INT, EL_MBITS, EL_EMIN, EL_BIAS, EL_MAXCODE,
                    EL_SIGNBIT, EL_NAN, EL_INF, ROUNDING, OVERFLOW, SIGNED_ZERO, FLUSH)
@@ -345,39 +317,8 @@ def rotate_nvfp4_quantize_kernel(
     tv = tl.load(consts_ptr + tq * 3, mask=qok, other=_F32_ONE)     # the tensor constants
     sc6v = tl.load(consts_ptr + tq * 3 + 2, mask=qok, other=0)
 
-    amax = _max_along(tl.where(a < _F32_INF, a, 0), 1)
-    has_nan = _max_along(tl.where(a > _F32_INF, 1, 0), 1) > 0
-    has_inf = _max_along(tl.where(a == _F32_INF, 1, 0), 1) > 0
-    poison = amax < 0                # all False
-    if NAN_POISON:
-        poison = poison | has_nan
-    if INF_POISON:
-        poison = poison | has_inf
-    amax = tl.where(has_inf, _F32_INF, amax)
-
-    if ORDER == 0:     # exact: E4M3_rne_satfinite(amax / (6 T)), one rounding
-        sa, ea = _normalize(amax)
-        st, et = _f32_parts(tv)
-        num = sa.to(tl.int64) << 36
-        den = st.to(tl.int64) * 6
-        q = num // den
-        sticky = (num - q * den) != 0
-        sc, huge = _round_sig(tl.where(amax == 0, 1, q), ea - 23 - 36 - et, sticky, 3, -6, 7,
-                              False, 0, False)
-        sc = tl.where(sc > 0x7E, 0x7E, sc)
-        sc = tl.where(amax == 0, 0, sc)
-    elif ORDER == 1:   # te: E4M3(min(fl(amax * fl(S_enc / 6)), FLT_MAX))
-        sdb = _f32_min_pos(_f32_mul(amax, sc6v), tl.full(amax.shape, _F32_MAX, tl.int32))
-        sc = _e4m3_code_of_f32(sdb)
-    else:              # torchao: E4M3(clamp(fl(fl(amax / 6) / T), 2^-6, 448))
-        sv = _f32_div(amax, tl.full(amax.shape, _F32_SIX, tl.int32))
-        if TWO_LEVEL:
-            sv = _f32_div(sv, tv)
-        sv = tl.where(sv <= _F32_INF,
-                      tl.minimum(tl.maximum(sv, _F32_E4M3_TINY), _F32_448), sv)
-        sc = _e4m3_code_of_f32(sv)
-    if SCALE_MIN_TINY:
-        sc = tl.maximum(sc, 0x08)
+    sc, poison = _nvfp4_block_scales(a, tv, sc6v, NAN_POISON, INF_POISON, ORDER, TWO_LEVEL,
+                                     SCALE_MIN_TINY)
     sm = g_ok[:, None] & (qb < n_blk)
     soffs = r[:, None] * n_blk + qb
     tl.store(scale_ptr + tl.reshape(soffs, (ROWS * NQ,)),

@@ -33,12 +33,12 @@ import triton
 import triton.language as tl
 from mxkernels._memo import memo_dict
 
-from mxkernels.triton_quant import (KernelUnsupported, _as_bits, _auto_block_rows, _bitlen64,
-                                    _block_size, _finish, _max_along, _normalize, _norm_axis,
-                                    _nvfp4_block_scales, _nvfp4_cast_input,
-                                    _nvfp4_exact_quotient, _rows_view, _shared_exponent,
-                                    _src_kind, _tile, _widen_to_f32, element_constexprs,
-                                    mx_constexprs, nvfp4_outputs, profile_constexprs)
+from mxkernels.triton_common import (_bitlen64, element_constexprs, _finish, KernelUnsupported,
+                                     _max_along, _mx_scale_byte, _normalize,
+                                     _nvfp4_block_scales, profile_constexprs, _widen_to_f32)
+from mxkernels.triton_quant import (_as_bits, _auto_block_rows, _block_size, mx_constexprs,
+                                    _norm_axis, _nvfp4_cast_input, _nvfp4_exact_quotient,
+                                    nvfp4_outputs, _rows_view, _src_kind, _tile)
 from mxref.errors import ProfileConflictError, ShapeError
 from mxref.formats import FORMATS, get_format
 from mxref.profiles import get_profile
@@ -220,21 +220,9 @@ def mx_quantize_sr_kernel(
     amax = _max_along(tl.where(fin, a, 0), 1)
     has_nan = _max_along(tl.where(a > _INF, 1, 0), 1) > 0
     has_inf = _max_along(tl.where(a == _INF, 1, 0), 1) > 0
-    if INF_MODE == 2:
-        amax = tl.where(has_inf, _INF, amax)
-    s = _shared_exponent(amax, EL_EMAX, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE,
-                         RCEIL_ANY_UP, RCEIL_LOG2)
-    nan_scale = g < 0
-    if INF_MODE == 0:
-        nan_scale = nan_scale | has_inf
-    if NAN_POISON:
-        nan_scale = nan_scale | has_nan
-    if SCALE_OVF_NAN:
-        nan_scale = nan_scale | (s > 127)
-    s = tl.minimum(tl.maximum(s, -127), 127)
-    if INF_MODE == 1:
-        s = tl.where(has_inf, 127, s)
-    byte = tl.where(nan_scale, 255, s + 127)
+    byte, s, nan_scale = _mx_scale_byte(amax, has_nan, has_inf, EL_EMAX, EL_MAXSIG, EL_EVENTHR,
+                                        EL_MAXF32, SCALE_RULE, RCEIL_ANY_UP, RCEIL_LOG2,
+                                        NAN_POISON, INF_MODE, SCALE_OVF_NAN)
     tl.store(scale_ptr + g, byte.to(tl.uint8), mask=g_ok)
 
     # the random words

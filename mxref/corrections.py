@@ -29,11 +29,9 @@ from ._kernels import (
     F32_ONE,
     NV_EXACT,
     NV_TE,
-    POISON,
-    RNE,
-    SAT_RNE,
     bit_length,
     block_amax,
+    block_poisoned,
     code_to_f32,
     element_parts,
     encode_f32,
@@ -44,6 +42,7 @@ from ._kernels import (
     f32_parts,
     finish_code,
     normalize_f32,
+    nvfp4_block_scale,
     round_magnitude,
     zero_code,
 )
@@ -59,8 +58,8 @@ from .decompose import (
     mx_scales,
 )
 from .errors import BlockSizeError, MXRefError, ProfileConflictError
-from .formats import E2M1, E4M3, FP32, P_MAXCODE, P_NAN
-from .profiles import K_FLUSH, K_INF, K_NAN, K_NV_MIN, K_OVERFLOW, K_ROUNDING, K_SZERO
+from .formats import E2M1, E4M3, FP32, P_NAN
+from .profiles import K_FLUSH, K_OVERFLOW, K_ROUNDING, K_SZERO
 from .quantize import MXTensor, _from_rows, _global_amax_bits, _to_rows, quantize
 
 __all__ = [
@@ -455,35 +454,20 @@ def _nvfp4_candidate(bits, block, divisor, t, sck, order, fp, e4p, f32p, pp,
     rows, n = bits.shape
     nblk = (n + block - 1) // block
     flush = pp[K_FLUSH] != 0
-    poison_nan = pp[K_NAN] == POISON
-    poison_inf = pp[K_INF] == POISON
     st, et = f32_parts(t)
     for r in range(rows):
         for jb in range(nblk):
             lo = jb * block
             hi = min(lo + block, n)
             amax, has_nan, has_inf = block_amax(bits, r, lo, hi, flush)
-            if (has_nan and poison_nan) or (has_inf and poison_inf):
+            if block_poisoned(has_nan, has_inf, pp):
                 scales[r, jb] = e4p[P_NAN]
                 for i in range(lo, hi):
                     codes[r, i] = 0
                 continue
             if has_inf:
                 amax = F32_INF
-            if order == NV_EXACT:
-                if amax == 0:
-                    sc = 0
-                else:
-                    sa, ea = f32_parts(amax)
-                    q, e, sticky = exact_quotient(sa, ea, divisor * st, et)
-                    sc, ovf = round_magnitude(q, bit_length(q) - 1, e, sticky, e4p, RNE, 0)
-                    if ovf:
-                        sc = e4p[P_MAXCODE]
-            else:
-                sdb = f32_min_pos(f32_mul(amax, sck, f32p), F32_MAXBITS)
-                sc = encode_f32(sdb, 0, e4p, SAT_RNE, 0)
-            if pp[K_NV_MIN] == 1 and sc < 0x08:
-                sc = 0x08
+            sc = nvfp4_block_scale(amax, order, True, t, sck, divisor, e4p, f32p, pp)
             scales[r, jb] = sc
             sval = code_to_f32(sc, e4p, f32p)
             inv = f32_min_pos(f32_div(F32_ONE, f32_mul(sval, t, f32p), f32p), F32_MAXBITS)
@@ -600,7 +584,8 @@ def quantize_nvfp4_4over6(x, profile="te_nvfp4", *, axis=-1, select="mse", scale
     c6, s6 = _candidate(bits2, block, 6, t, sc6, prof)
     c4, s4 = _candidate(bits2, block, 4, t, sc4, prof)
     t_val = float(np.uint32(t).view(np.float32))
-    x2 = bits2.view(np.float32).astype(np.float64)
+    with np.errstate(invalid="ignore"):      # a signaling NaN input is quieted, silently
+        x2 = bits2.view(np.float32).astype(np.float64)
     nonfinite = _blocked(~np.isfinite(x2), block).any(-1)
     n_exact = 0
     if select in ("always6", "always4"):

@@ -398,7 +398,8 @@ def decompose_quantized(bits2, moved_shape, ax, fmt, prof, block, *, q2, s2, sdi
     pt = np.zeros(bits2.shape, dtype=bool) if passthrough2 is None else passthrough2
     dq_star, codes = ideal_scaled(bits2, amax2, block, fmt, prof, pt if passthrough2 is not None
                                   else None)
-    x2 = bits2.view(np.float32).astype(np.float64)
+    with np.errstate(invalid="ignore"):      # a signaling NaN input is quieted, silently
+        x2 = bits2.view(np.float32).astype(np.float64)
     ideal = scale_rule == "ideal"
     if ideal:
         has_nan, has_inf = _block_flags(bits2, block)

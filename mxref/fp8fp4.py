@@ -37,8 +37,7 @@ from .errors import (AxisError, BlockSizeError, MXRefError, ProfileConflictError
                      UnknownFormatError)
 from .formats import E2M1, E4M3, E5M2, FORMATS, P_NAN, P_SIGNBIT, get_format
 from .inputs import as_f32_bits
-from .profiles import (K_FLUSH, K_INF, K_NAN, K_OVERFLOW, K_RCEIL_LOG2, K_ROUNDING, K_SZERO,
-                       K_ZEXP, get_profile)
+from .profiles import K_FLUSH, K_OVERFLOW, K_RCEIL_LOG2, K_ROUNDING, K_SZERO, get_profile
 from .quantize import (MXTensor, _from_rows, _normalize_axis, _to_rows, dequantize, quantize,
                        sr_stream_rows)
 
@@ -410,12 +409,10 @@ def fp8_to_mxfp4_rows(codes, gscales, glen, block, fp8p, fp4p, pp, rbits, out, s
     Element i is sig * 2^(exp2 + G - 127) with (sig, exp2) read from its FP8 fields; the block
     amax is the integer max of normalized (exponent, significand) pairs; the rest is the MX
     quantization of docs/semantics.md on those exact values, step for step as
-    K.quantize_mx / K.encode_f32 (poison, Inf policies, flush, zero scale, signed zero)."""
+    K.quantize_mx / K.encode_f32, with the block's NaN / Inf decided by K.nonfinite_policy."""
     rows, n = codes.shape
     nblk = scales.shape[1]
     flush = pp[K_FLUSH] != 0
-    poison_nan = pp[K_NAN] == K.POISON
-    poison_inf = pp[K_INF] == K.POISON
     mode = pp[K_ROUNDING]
     use_rbits = mode == K.STOCHASTIC
     ovf_mode = pp[K_OVERFLOW]
@@ -443,27 +440,20 @@ def fp8_to_mxfp4_rows(codes, gscales, glen, block, fp8p, fp4p, pp, rbits, out, s
                     if not (flush and top < -126) and (top > atop or (top == atop and nsig > asig)):
                         atop = top
                         asig = nsig
-            if (has_nan and poison_nan) or (has_inf and poison_inf):
+            s = K.nonfinite_policy(has_nan, has_inf, fp4p, pp)
+            if s == K.FINITE_RULE:
+                s = -127 if asig == 0 else exact_amax_exponent(asig, atop, fp4p, pp)
+            if s == BAD_SCALE:
+                status[0] = 1
+                status[1] = r
+                status[2] = b
                 s = K.NAN_SCALE
-            elif has_inf and pp[K_INF] == K.SCALE_MAX:
-                s = 127
-            elif has_inf:
-                s = K.shared_exponent(K.F32_INF, fp4p, pp)
-            elif asig == 0:
-                s = -127
-            else:
-                s = exact_amax_exponent(asig, atop, fp4p, pp)
-                if s == BAD_SCALE:
-                    status[0] = 1
-                    status[1] = r
-                    status[2] = b
-                    s = K.NAN_SCALE
             scales[r, b] = 0xFF if s == K.NAN_SCALE else s + 127
             if s == K.NAN_SCALE:
                 for i in range(lo, hi):
                     out[r, i] = fill
                 continue
-            se = pp[K_ZEXP] if s == -127 else s
+            se = K.element_exponent(s, pp)
             for i in range(lo, hi):
                 g = np.int64(gscales[r, i // glen])
                 kind, neg, sig, exp2 = K.element_parts(np.int64(codes[r, i]), fp8p)

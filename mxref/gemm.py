@@ -84,7 +84,7 @@ KIND_FINITE, KIND_INF, KIND_NAN = 0, 1, 2
 
 
 @cache
-def _element_table(name: str):
+def element_table(name: str):
     """Per code: (q, kind, neg) with |value| = q * 2^base exactly; and (base, number of codes)."""
     el = ELEMENT_FORMATS[name]
     base = -el.frac_bits if el.kind == "int" else el.emin - el.mbits
@@ -197,7 +197,7 @@ def _decode_operand(name, codes, scales, fmt, block_size, tensor_scale) -> _Oper
             f"operand {name} scales shape {scales.shape} does not match codes {codes.shape} with "
             f"block {bs} along K: expected ({rows}, ceil({k}/{bs}) = {nblk})")
     tbits = _tensor_scale_bits(name, fmt, tensor_scale)
-    q_t, kind_t, neg_t, base, ncodes = _element_table(fmt.element.name)
+    q_t, kind_t, neg_t, base, ncodes = element_table(fmt.element.name)
     if codes.size and int(codes.max()) >= ncodes:
         bad = int(codes.max())
         raise GemmCodeError(f"operand {name} has element code 0x{bad:02X}, outside the "
@@ -205,7 +205,7 @@ def _decode_operand(name, codes, scales, fmt, block_size, tensor_scale) -> _Oper
     vals, kinds, neg = q_t[codes], kind_t[codes].copy(), neg_t[codes].copy()
     blk = np.arange(k) // bs
     if fmt.is_nvfp4:                                  # E4M3 block scale r * 2^-9
-        sq, skind, sneg, sbase, _ = _element_table("e4m3")
+        sq, skind, sneg, sbase, _ = element_table("e4m3")
         bnan = skind[scales] != KIND_FINITE
         bmul = sq[scales].copy()                     # magnitude: the sign goes into neg
         bmul[bnan] = 0

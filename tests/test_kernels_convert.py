@@ -24,7 +24,7 @@ pytest.importorskip("triton")
 
 import mxref  # noqa: E402
 from mxref.backends.base import Backend  # noqa: E402
-from mxref.backends.triton_backend import load_kernels  # noqa: E402
+from mxkernels.loader import load_kernels  # noqa: E402
 from mxref.formats import FORMATS  # noqa: E402
 from mxref.fp8fp4 import (DecodedOverflowError, FP8Tensor, ScaleRangeError,  # noqa: E402
                           fp8_to_mxfp4, mxfp4_to_fp8, reblock)

@@ -19,7 +19,7 @@ torch = pytest.importorskip("torch")
 triton = pytest.importorskip("triton")
 
 import mxref  # noqa: E402
-from mxref.backends.triton_backend import load_kernels  # noqa: E402
+from mxkernels.loader import load_kernels  # noqa: E402
 from mxref.golden.store import column_numpy, read_golden  # noqa: E402
 
 GOLDEN = Path(__file__).resolve().parents[1] / "golden"
@@ -413,30 +413,49 @@ PLANTED = {
 }
 
 
-def _planted(ks, tmp_path, name):
-    src = Path(ks["triton_fast"].__file__).read_text()
-    old, new = PLANTED[name]
-    assert src.count(old) == 1, old
-    path = tmp_path / f"triton_fast_planted_{name}.py"
-    path.write_text(src.replace(old, new))
+# the bugs planted in the shared @jit helpers (the fast kernels' E8M0 byte lives there)
+PLANTED_IN_COMMON = {"rceil_ge"}
+
+
+def _exec_interpreted(path, swap: dict):
+    """Execute the module at ``path`` under TRITON_INTERPRET=1 with ``swap`` (module name ->
+    module) in sys.modules while it runs, so its helper imports bind those modules."""
     prev = os.environ.get("TRITON_INTERPRET")
-    saved = sys.modules.get("mxkernels.triton_quant")
+    saved = {n: sys.modules.get(n) for n in swap}
     os.environ["TRITON_INTERPRET"] = "1"
-    sys.modules["mxkernels.triton_quant"] = ks["triton_quant"]
+    sys.modules.update(swap)
     try:
         spec = importlib.util.spec_from_file_location(path.stem, path)
         mod = importlib.util.module_from_spec(spec)
         sys.modules[path.stem] = mod
         spec.loader.exec_module(mod)
     finally:
-        if saved is None:
-            sys.modules.pop("mxkernels.triton_quant", None)
-        else:
-            sys.modules["mxkernels.triton_quant"] = saved
+        for n, m in saved.items():
+            if m is None:
+                sys.modules.pop(n, None)
+            else:
+                sys.modules[n] = m
         if prev is None:
             os.environ.pop("TRITON_INTERPRET", None)
         else:
             os.environ["TRITON_INTERPRET"] = prev
+    return mod
+
+
+def _planted(ks, tmp_path, name):
+    where = "triton_common" if name in PLANTED_IN_COMMON else "triton_fast"
+    src = Path(ks[where].__file__).read_text()
+    old, new = PLANTED[name]
+    assert src.count(old) == 1, old
+    path = tmp_path / f"{where}_planted_{name}.py"
+    path.write_text(src.replace(old, new))
+    swap = {"mxkernels.triton_quant": ks["triton_quant"],
+            "mxkernels.triton_common": ks["triton_common"]}
+    if where == "triton_common":
+        swap["mxkernels.triton_common"] = _exec_interpreted(path, {})
+        path = tmp_path / f"triton_fast_with_{name}.py"
+        path.write_text(Path(ks["triton_fast"].__file__).read_text())
+    mod = _exec_interpreted(path, swap)
     assert type(mod.mx_fast_kernel).__name__ == "InterpretedFunction"
     return mod
 

@@ -34,7 +34,7 @@ BOUND_PAIRS = [("mxfp8_e5m2", "mxfp8_e5m2")]
 
 @pytest.fixture(scope="module")
 def g():
-    from mxref.backends.triton_backend import load_kernels
+    from mxkernels.loader import load_kernels
     return load_kernels(True)["triton_gemm"]
 
 
@@ -44,7 +44,7 @@ DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 @pytest.fixture(scope="module", params=DEVICES)
 def gd(request):
     """(module, device): interpreted kernels on CPU, compiled ones on CUDA."""
-    from mxref.backends.triton_backend import load_kernels
+    from mxkernels.loader import load_kernels
     if request.param == "cuda":
         if INTERP:
             pytest.skip("TRITON_INTERPRET=1")
@@ -254,7 +254,7 @@ def test_planes_rounding_ties(monkeypatch, int64):
     rounds at the 25th bit: ties to even both ways; the same sums scaled into fp32 subnormals,
     to zero (a negative sum to -0) and past the largest fp32. Both epilogues: fp64 (block
     sums < 2^53) and the integer rounding (forced here; E4M3 x E5M2 takes it)."""
-    from mxref.backends.triton_backend import load_kernels
+    from mxkernels.loader import load_kernels
     g = load_kernels(True)["triton_gemm"]
     if int64:
         monkeypatch.setattr(g, "_max_block_sum_bits", lambda fa, fb: 60)
@@ -326,7 +326,7 @@ def test_planes_e5m2_infinities(gd):
 
 def test_planes_every_code_pair():
     """Every E4M3 code against every E5M2 code (NaN and Inf included): one product per block."""
-    from mxref.backends.triton_backend import load_kernels
+    from mxkernels.loader import load_kernels
     g = load_kernels(True)["triton_gemm"]
     ac = np.arange(256, dtype=np.uint8).reshape(256, 1)
     bc = np.arange(256, dtype=np.uint8).reshape(256, 1)
@@ -338,7 +338,7 @@ def test_planes_every_code_pair():
 def test_plane_tables_are_exact():
     """Each finite code's plane entry reassembles its exact value (an independent decode)."""
     from fractions import Fraction
-    from mxref.backends.triton_backend import load_kernels
+    from mxkernels.loader import load_kernels
     g = load_kernels(True)["triton_gemm"]
     for fmt, el in (("mxfp8_e4m3", "e4m3"), ("mxfp8_e5m2", "e5m2"), ("mxfp6_e3m2", "e3m2"),
                     ("mxint8", "int8"), ("mxfp4", "e2m1")):

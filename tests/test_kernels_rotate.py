@@ -53,7 +53,7 @@ _MODS = {}
 
 def kmod(device):
     if device not in _MODS:
-        from mxref.backends.triton_backend import load_kernels
+        from mxkernels.loader import load_kernels
         _MODS[device] = load_kernels(device == "cpu")["triton_rotate"]
     return _MODS[device]
 
@@ -491,7 +491,7 @@ ENCODER_MUTATIONS = {
 def _mutant(name):
     """An interpreted copy of triton_rotate with one planted bug (its triton_quant and
     triton_sr imports bound to the interpreted copies, as the loader does)."""
-    from mxref.backends.triton_backend import load_kernels
+    from mxkernels.loader import load_kernels
     ks = load_kernels(True)
     old, new = {**MUTATIONS, **ENCODER_MUTATIONS}[name]
     src = Path(importlib.util.find_spec("mxkernels.triton_rotate").origin).read_text()

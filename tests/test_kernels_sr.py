@@ -24,9 +24,9 @@ pytest.importorskip("triton")
 
 import mxref  # noqa: E402
 from mxref.backends.base import Backend  # noqa: E402
-from mxref.backends.triton_backend import load_kernels  # noqa: E402
+from mxkernels.loader import load_kernels  # noqa: E402
 from mxref.formats import FORMATS  # noqa: E402
-from mxref.golden.suites_ext import _sr_fraction, sr_profile  # noqa: E402
+from mxref.golden.suites.sr import _sr_fraction, sr_profile  # noqa: E402
 from mxref.quantize import random_bits as ref_random_bits  # noqa: E402
 from mxref.verify import verify  # noqa: E402
 

@@ -1,4 +1,4 @@
-"""The Triton kernels (mxkernels/triton_quant.py) through the ``triton`` verify backend, held
+"""The Triton kernels (mxkernels/triton_*.py) through the ``triton`` verify backend, held
 to the committed golden corpus: every L0 and L1 file of every op and claimed profile.
 
 Without a GPU the kernels run in the Triton interpreter. TRITON_INTERPRET=1 is set only
@@ -21,11 +21,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from mxkernels.backends import RocmBackend, TritonBackend  # imports no triton
 from mxref.backends import get_backend
-from mxref.backends.base import CORE_OPS, BackendUnavailable, Unsupported
-from mxref.backends.triton_backend import RocmBackend, TritonBackend  # imports no triton
+from mxref.errors import BackendUnavailable, Unsupported
 from mxref.golden.store import column_numpy, read_golden
+from mxref.ops import family_ops
 from mxref.profiles import PROFILES
+
+CORE_OPS = family_ops("quantize")
 
 triton = pytest.importorskip("triton")
 torch = pytest.importorskip("torch")

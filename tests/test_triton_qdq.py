@@ -23,7 +23,7 @@ ml_dtypes = pytest.importorskip("ml_dtypes")
 
 import mxref
 from mxkernels.triton_fast import FAST_COMBOS, FAST_FORMATS
-from mxref.backends.triton_backend import load_kernels
+from mxkernels.loader import load_kernels
 from mxref.formats import get_format
 
 F32, BF16, F16 = torch.float32, torch.bfloat16, torch.float16
