@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import mxref  # noqa: E402
-from mxref.backends.triton_backend import load_kernels  # noqa: E402
+from mxkernels.loader import load_kernels  # noqa: E402
 from mxref.leaderboard import clocks  # noqa: E402   (CPU-only: NVML or nvidia-smi, no CUDA)
 
 SCHEMA = "mxkernels-gpu-bench/1"
@@ -297,7 +297,7 @@ class Run:
         # stochastic rounding
         sr = ks.modules.get("triton_sr")
         if sr is not None:
-            from mxref.golden.suites_ext import sr_profile
+            from mxref.profiles import sr_profile
 
             def check_sr():
                 s, c = sr.quantize_sr(x, "mxfp4", "ocp", axis=-1, seed=1234, offset=0)
@@ -312,7 +312,7 @@ class Run:
                                     impl="triton SR (Philox)", params={"axis": -1}))
 
         if sr is not None and hasattr(sr, "quantize_nvfp4_sr"):
-            from mxref.golden.suites_ext import sr_profile
+            from mxref.profiles import sr_profile
 
             def run_nv_sr():
                 return sr.quantize_nvfp4_sr(x.unsqueeze(0), "ocp", seed=1234)

@@ -39,7 +39,7 @@ __all__ = ["quantize_mx", "quantize_dual", "dequantize_mx", "quantize_nvfp4", "q
 
 def kernels(device: torch.device | str):
     """The kernel modules for tensors on ``device``: compiled for GPUs, interpreted for CPU."""
-    from mxref.backends.triton_backend import load_kernels
+    from .loader import load_kernels
     return load_kernels(torch.device(device).type == "cpu")
 
 

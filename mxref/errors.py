@@ -43,46 +43,18 @@ class ShapeError(MXRefError, ValueError):
     """Arrays whose shapes do not fit together (codes vs scales, layouts)."""
 
 
-# --- training (mxkernels/training) ---------------------------------------------------------
+# --- backends (the protocol of mxref/backends/base.py) --------------------------------------
 
-class UnknownModelError(MXRefError, KeyError):
-    """A model name that is not in :data:`mxkernels.training.models.MODELS`."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
+class BackendUnavailable(MXRefError):
+    """The backend cannot run here (import failure, no device); verify exits 4."""
 
 
-class DataError(MXRefError, ValueError):
-    """A corpus or token file that cannot be used for training (missing, wrong dtype, too short)."""
-
-
-class TrainingConfigError(MXRefError, ValueError):
-    """Training options that are invalid or contradict each other."""
-
-
-class RunDirError(MXRefError, ValueError):
-    """A run directory that exists and is not a resumable run of the same configuration."""
-
-
-class CheckpointError(MXRefError, ValueError):
-    """A checkpoint that is corrupt, incomplete, or belongs to a different model/recipe/config."""
-
-
-class NonFiniteLossError(MXRefError, ArithmeticError):
-    """The training loss became NaN or infinite; the run stopped at the last good checkpoint."""
-
-
-class TrainingCheckError(MXRefError, AssertionError):
-    """An in-run validation check (capture/check of one MX linear layer) failed."""
-
-
-class UnknownRecipeError(MXRefError, KeyError):
-    """A training recipe name that is not in :data:`mxkernels.training.recipes.RECIPES`."""
+class UnknownBackendError(MXRefError, KeyError):
+    """A backend name that is neither built in, an entry point, nor importable module:object."""
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
 
 
-class RecipeError(MXRefError, ValueError):
-    """A training recipe whose options are invalid or cannot be combined (format, profile,
-    rounding, Hadamard size, operand source)."""
+class Unsupported(MXRefError):
+    """Raised by a backend method for a call it does not implement (counted as skipped)."""

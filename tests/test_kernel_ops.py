@@ -10,7 +10,7 @@ pytest.importorskip("triton")
 
 import mxref  # noqa: E402
 import mxkernels.ops as mk  # noqa: E402
-from mxref.golden.suites_ext import sr_profile  # noqa: E402
+from mxref.profiles import sr_profile  # noqa: E402
 
 
 @pytest.fixture(scope="module")

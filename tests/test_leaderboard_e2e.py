@@ -113,6 +113,11 @@ def test_cpu_and_training_suites_end_to_end(tmp_path):
     assert t["verify"]["kind"] == "in-run-validation" and t["verify"]["status"] == "pass"
     assert t["roofline"]["ratio_label"] == "x bf16 step time"
     assert t["quality"]["loss_curve"] and t["quality"]["baseline_curve"]
+    # dL against bf16 comes from the runs' compare.json (the leaderboard reads run artifacts)
+    cmp = json.loads((lb / "compare" / "compare.json").read_text())
+    (row,) = cmp["runs"]
+    assert t["quality"]["dl_vs_bf16"] == row["dL_train_tail"] is not None
+    assert t["quality"]["dl_vs_bf16_ema"] == row["dL_train_ema"]
     assert t["params"]["validated_steps"] == [0, 8]      # validated steps are not timed
     # not timed: step 0 (compilation), the validated steps 0 and 8, and the steps that timed
     # the quantization ops (every 5th: 0, 5, 10, 15; their CUDA events are host work)

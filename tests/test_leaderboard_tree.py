@@ -24,7 +24,6 @@ from mxref.leaderboard.submit import (
     check_record,
     record_files,
     store_repo,
-    tree_problems,
 )
 
 GIT_ENV = {"GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@example.org",

@@ -21,9 +21,9 @@ import oracle as O  # noqa: E402
 
 from mxref.backends.base import Unsupported  # noqa: E402
 from mxref.golden.store import column_numpy, read_golden, schema_meta  # noqa: E402
-from mxref.golden.suites_ext import NVFP4_SR_PROFILES, sr_profile  # noqa: E402
+from mxref.golden.suites.sr import NVFP4_SR_PROFILES, sr_profile  # noqa: E402
 from mxref.verify import verify  # noqa: E402
-from mxref.verify.engine import default_golden_root, select_files  # noqa: E402
+from mxref.verify.select import default_golden_root, select_files  # noqa: E402
 
 ROOT = default_golden_root()
 FILES = [gf.relpath for gf in select_files(ROOT, levels=(0, 1), ops=["quantize_nvfp4_sr"])[1]]
@@ -130,7 +130,7 @@ def test_backends_pass_the_files(name):
 def _triton_env(request):
     pytest.importorskip("torch")
     pytest.importorskip("triton")
-    from mxref.backends.triton_backend import load_kernels
+    from mxkernels.loader import load_kernels
     dev = request.param
     return load_kernels(dev == "cpu")["triton_sr"], dev
 
@@ -272,7 +272,7 @@ def test_triton_backend_runs_the_golden_files(monkeypatch):
     kernel's Philox stream against the stored words."""
     pytest.importorskip("torch")
     pytest.importorskip("triton")
-    from mxref.backends.triton_backend import TritonBackend
+    from mxkernels.backends import TritonBackend
     if "cuda" in _devices():
         b = TritonBackend()
     else:

@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from mxref.backends.registry import get_backend  # noqa: E402
-from mxref.backends.torch_backend import TorchBackend  # noqa: E402
+from mxkernels.backends import TorchBackend  # noqa: E402
 from mxref.errors import (AmbiguousInputError, AxisError, BlockSizeError,  # noqa: E402
                           ProfileConflictError, UnknownFormatError, UnknownProfileError,
                           UnsupportedDtypeError)
@@ -244,8 +244,17 @@ def test_registry_finds_torch_backend():
     assert d["name"] == "torch" and d["device"] == "cpu" and "runtime" in d
 
 
+def test_our_backends_register_through_the_entry_point_group():
+    """torch, triton and rocm are found as a third party's backend would be: by entry point."""
+    from mxref.backends.registry import BUILTIN, _entry_points, list_backends
+    eps = _entry_points()
+    for name in ("torch", "triton", "rocm"):
+        assert name not in BUILTIN and name in list_backends()
+        assert eps[name].value.startswith("mxkernels.backends:")
+
+
 def test_unavailable_device():
-    from mxref.backends.base import BackendUnavailable
+    from mxref.errors import BackendUnavailable
     with pytest.raises(BackendUnavailable):
         TorchBackend(device="cuda:99").check_available()
     with pytest.raises(BackendUnavailable):

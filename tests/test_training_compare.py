@@ -6,7 +6,7 @@ import pytest
 from click.testing import CliRunner
 
 from mxkernels.training import compare as C
-from mxref.errors import RunDirError
+from mxkernels.training.errors import RunDirError
 
 
 def _run(root, name, recipe, losses, seed=0, val=None):

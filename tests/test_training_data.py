@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from mxkernels.training import data as D
-from mxref.errors import DataError, MXRefError
+from mxref.errors import MXRefError
+from mxkernels.training.errors import DataError
 
 
 @pytest.fixture(scope="module")

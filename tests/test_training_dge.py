@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from mxkernels.training import MXLinear, OperandSpec, get_recipe
-from mxkernels.training.experiments import VARIANTS
+from mxkernels.training.recipes import VARIANTS
 from mxkernels.training.mxlinear import _dge_factor
 from mxkernels.training.recipes import RecipeError, recipe_from_dict
 

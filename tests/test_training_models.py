@@ -3,7 +3,8 @@ import pytest
 import torch
 
 from mxkernels.training import models as M
-from mxref.errors import MXRefError, UnknownModelError
+from mxref.errors import MXRefError
+from mxkernels.training.errors import UnknownModelError
 
 
 @pytest.mark.parametrize("name,n", [

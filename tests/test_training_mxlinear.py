@@ -446,7 +446,8 @@ def test_check_decomposition_records_what_each_operand_error_is_made_of():
 
 
 def test_one_fix_decomp_variants_differ_from_decomp_fixed_only_in_their_fix():
-    from mxkernels.training.experiments import EXPERIMENTS, VARIANTS
+    from mxkernels.training.experiments import EXPERIMENTS
+    from mxkernels.training.recipes import VARIANTS
     fixed = get_recipe("decomp-fixed")
     for name, gone in (("decomp-outlier", "macro"), ("decomp-macro", "outlier")):
         r = VARIANTS[name]
@@ -507,7 +508,7 @@ def test_one_sided_ms_variants_pass_the_in_run_check(name):
     """The paper's W8A4 +- OCC and W4A8 +- DGE arms: every operand (the MXFP8 side included)
     byte-identical to mxref, the GEMMs within their bound; the decomposition record of the
     MXFP8 operand agrees with mxref.decompose's own error-to-signal."""
-    from mxkernels.training.experiments import VARIANTS
+    from mxkernels.training.recipes import VARIANTS
     r = VARIANTS[name]
     parts = []
     recs = check_capture(_capture(r), gemm_check="bound", decompose=parts)
@@ -520,7 +521,8 @@ def test_one_sided_ms_variants_pass_the_in_run_check(name):
 
 
 def test_one_sided_ms_variants_differ_from_ms_fp4_only_on_the_8_bit_side():
-    from mxkernels.training.experiments import EXPERIMENTS, VARIANTS
+    from mxkernels.training.experiments import EXPERIMENTS
+    from mxkernels.training.recipes import VARIANTS
     ms = get_recipe("ms-fp4")
     e4 = OperandSpec("mxfp8_e4m3")
     plain_a = dataclasses.replace(ms.fprop.a, clamp_quantile=None)

@@ -7,7 +7,8 @@ import torch
 
 from mxkernels.training import (RECIPES, GemmSpec, MXLinear, OperandSpec, Recipe, get_recipe,
                                 recipe_from_dict, set_step, swap_linears)
-from mxref.errors import MXRefError, RecipeError, UnknownRecipeError
+from mxref.errors import MXRefError
+from mxkernels.training.errors import RecipeError, UnknownRecipeError
 
 NAMED = ["bf16", "mxfp4-f", "mxfp4-fd", "mxfp4-fdw", "mxfp4-fdw-h16", "mxfp4-fdw-sr",
          "mxfp4-fdw-rht", "quartet", "nvfp4-te", "ms-fp4", "decomp-fixed", "fp4-activations"]

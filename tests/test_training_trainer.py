@@ -18,8 +18,9 @@ import torch
 
 from mxkernels.training import checkpoint as ckpt
 from mxkernels.training.trainer import TrainConfig, train
-from mxref.errors import (CheckpointError, NonFiniteLossError, RunDirError, TrainingCheckError,
-                          TrainingConfigError, UnknownModelError, UnknownRecipeError)
+from mxkernels.training.errors import (CheckpointError, RunDirError,
+                                       TrainingCheckError, TrainingConfigError,
+                                       UnknownModelError, UnknownRecipeError)
 
 REPO = Path(__file__).resolve().parents[1]
 TINY = dict(model="llama-tiny", seq_len=32, batch_size=4, precision="fp32", threads=1,

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from mxref.errors import CheckpointError
+from .errors import CheckpointError
 
 FILES = ("model.safetensors", "optimizer.pt", "rng.pt")
 

@@ -1,6 +1,8 @@
 """``mxref train``: train a model with an MX recipe, compare runs, run experiment grids.
 
-Registered lazily from mxref/cli.py (this module imports torch and transformers).
+Registered through the ``mxref.commands`` entry-point group (pyproject.toml). This module
+imports neither torch nor transformers: the commands import them when they run, so
+``mxref train --help`` is fast.
 
 Exit codes: 0 success; 2 usage or input errors (unknown model / recipe / experiment,
 incompatible options, a run directory holding a different run, a corrupt or mismatched
@@ -16,7 +18,9 @@ from pathlib import Path
 
 import click
 
-from mxref.errors import (MXRefError, NonFiniteLossError, TrainingCheckError)
+from mxref.errors import MXRefError
+
+from .errors import NonFiniteLossError, TrainingCheckError
 
 EXIT_USAGE, EXIT_CHECK, EXIT_NONFINITE = 2, 3, 4
 
@@ -248,8 +252,7 @@ def models_cmd(vocab_size, as_json):
 @click.option("--json", "as_json", is_flag=True)
 def recipes_cmd(as_json):
     """List the recipes (task A's RECIPES plus the experiment variants)."""
-    from .experiments import VARIANTS
-    from .recipes import RECIPES
+    from .recipes import RECIPES, VARIANTS
 
     allr = {**RECIPES, **VARIANTS}
     if as_json:

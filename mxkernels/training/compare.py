@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mxref.errors import RunDirError
+from .errors import RunDirError
 
 SCHEMA = "mxref-train-compare/1"
 PHASES = (0.0, 0.1, 0.25, 0.5, 1.0)

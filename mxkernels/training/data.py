@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from mxref.errors import DataError
+from .errors import DataError
 
 BYTE_VOCAB = 256
 DOC_SEPARATOR = 0

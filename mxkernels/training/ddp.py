@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import torch
 
-from mxref.errors import TrainingConfigError
+from .errors import TrainingConfigError
 
 
 @dataclass(frozen=True)

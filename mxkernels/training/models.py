@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from mxref.errors import UnknownModelError
+from .errors import UnknownModelError
 
 
 @dataclass(frozen=True)

@@ -32,10 +32,10 @@ import torch
 import torch.nn.functional as F
 
 from mxkernels._memo import DeviceConsts
-from mxref.errors import RecipeError
 from mxref.formats import get_format
 
 from . import quant as Q
+from .errors import RecipeError
 from .recipes import GEMMS, GemmSpec, OperandSpec, Recipe, get_recipe
 
 __all__ = ["MXLinear", "swap_linears", "set_step", "quant_timer", "QuantTimer", "BACKENDS",

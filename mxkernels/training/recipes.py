@@ -22,14 +22,16 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from mxref.errors import RecipeError, UnknownRecipeError
 from mxref.formats import FORMATS, get_format
 from mxref.profiles import PROFILES, get_profile
 
-__all__ = ["OperandSpec", "GemmSpec", "Recipe", "RECIPES", "get_recipe", "recipe_from_dict",
-           "ROUNDINGS", "HADAMARDS", "SOURCES", "SCALINGS", "GEMMS", "HADAMARD_SIZES"]
+from .errors import RecipeError, UnknownRecipeError
+
+__all__ = ["OperandSpec", "GemmSpec", "Recipe", "RECIPES", "VARIANTS", "get_recipe",
+           "recipe_from_dict", "ROUNDINGS", "HADAMARDS", "SOURCES", "SCALINGS", "GEMMS",
+           "HADAMARD_SIZES"]
 
 ROUNDINGS = ("rne", "sr")
 HADAMARDS = ("none", "deterministic", "fixed_sign", "random")
@@ -496,3 +498,78 @@ def get_recipe(name) -> Recipe:
     except (KeyError, TypeError):
         raise UnknownRecipeError(
             f"unknown recipe {name!r}; known recipes: {', '.join(RECIPES)}") from None
+
+
+# ---- experiment variants -------------------------------------------------------------------
+# Ablations and one-fix arms of the experiment grids (mxkernels/training/experiments.py), built
+# from the named recipes above; ``mxref train --recipe`` accepts their names too.
+def _decomp_variant(name: str, outlier_only: bool, description: str):
+    dec = RECIPES["decomp-fixed"]
+
+    def one(op):
+        if outlier_only:
+            return dataclasses.replace(op, macro=None)
+        return dataclasses.replace(op, outlier=None)
+
+    gemms = {g: dataclasses.replace(getattr(dec, g), a=one(getattr(dec, g).a),
+                                    b=one(getattr(dec, g).b))
+             for g in ("fprop", "dgrad", "wgrad")}
+    return dec.replace(name=name, description=description, **gemms)
+
+
+def _variants() -> dict:
+    ms = RECIPES["ms-fp4"]
+    fp = ms.fprop
+    no_occ = dataclasses.replace(fp, a=dataclasses.replace(fp.a, clamp_quantile=None))
+    no_dge = dataclasses.replace(fp, b=dataclasses.replace(fp.b, dge_k=None))
+    direct = dataclasses.replace(no_occ, b=dataclasses.replace(fp.b, dge_k=None))
+    # DGE's factor f'(u) = (1/k) u^(1/k - 1), clipped at 3, averaged over u uniform in [0, 1]:
+    # 3 c + 1 - c^(1/k) with c = (3k)^(-k/(k-1)); 0.5935 for k = 5
+    k = fp.b.dge_k
+    c = (3 * k) ** (-k / (k - 1))
+    dge_mean = round(3 * c + 1 - c ** (1 / k), 4)
+    mean_only = dataclasses.replace(no_occ, b=dataclasses.replace(fp.b, dge_k=None,
+                                                                  dge_const=dge_mean))
+    # the paper's one-sided ablations (Fig. 6): the other operand in 8 bits. Deviation: the
+    # 8-bit operand is MXFP8 E4M3 (32-blocks along K), not a per-tensor FP8 cast
+    e4 = OperandSpec("mxfp8_e4m3")
+    w8a4 = dataclasses.replace(direct, b=e4)
+    w8a4_occ = dataclasses.replace(w8a4, a=fp.a)
+    w4a8 = dataclasses.replace(direct, a=e4)
+    w4a8_dge = dataclasses.replace(w4a8, b=fp.b)
+    fa = RECIPES["fp4-activations"]
+    out = [
+        ms.replace(name="ms-w8a4", fprop=w8a4,
+                   description="ms-fp4 one-sided: x E2M1 vector-wise (direct, no OCC), W MXFP8 "
+                               "E4M3 (the paper's W8A4 direct cast, which diverged there)."),
+        ms.replace(name="ms-w8a4-occ", fprop=w8a4_occ,
+                   description="ms-w8a4 with OCC (q = 0.99, bf16 residual) on x."),
+        ms.replace(name="ms-w4a8", fprop=w4a8,
+                   description="ms-fp4 one-sided: W E2M1 vector-wise (no DGE), x MXFP8 E4M3 "
+                               "(the paper's W4A8)."),
+        ms.replace(name="ms-w4a8-dge", fprop=w4a8_dge,
+                   description="ms-w4a8 with DGE (k = 5) on W."),
+        ms.replace(name="ms-fp4-no-occ", fprop=no_occ,
+                   description="ms-fp4 without Outlier Clamping and Compensation (OCC)."),
+        ms.replace(name="ms-fp4-no-dge", fprop=no_dge,
+                   description="ms-fp4 without the Differentiable Gradient Estimator (DGE)."),
+        ms.replace(name="ms-fp4-direct", fprop=direct,
+                   description="ms-fp4 without DGE and OCC: direct W4A4 vector-wise cast."),
+        ms.replace(name="ms-fp4-dge-mean", fprop=mean_only,
+                   description=f"control: ms-fp4-no-occ with DGE's per-element factor replaced "
+                               f"by its mean over an interval ({dge_mean}): DGE's scale without "
+                               f"its shape."),
+        _decomp_variant("decomp-outlier", outlier_only=True,
+                        description="decomp-fixed with the outlier fallback only (no macro-block "
+                                    "scales)."),
+        _decomp_variant("decomp-macro", outlier_only=False,
+                        description="decomp-fixed with macro-block scaling only (no outlier "
+                                    "fallback)."),
+        fa.replace(name="mxfp8-fdw", save_activations=None,
+                   description="fp4-activations without FP4 activation storage: every GEMM in "
+                               "MXFP8 E4M3, saved activations in bf16 (the memory baseline)."),
+    ]
+    return {r.name: r for r in out}
+
+
+VARIANTS = _variants()

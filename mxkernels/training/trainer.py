@@ -31,12 +31,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from mxref.errors import (CheckpointError, MXRefError, NonFiniteLossError, RunDirError,
-                          TrainingCheckError, TrainingConfigError)
 
 from . import checkpoint as ckpt
 from . import ddp
 from .data import BatchSampler, load_corpus, val_batches
+from .errors import (NonFiniteLossError, RunDirError, TrainingCheckError,
+                     TrainingConfigError)
 from .models import build_model, get_model_spec, param_counts
 
 CONFIG_SCHEMA = "mxref-train-config/1"
@@ -50,7 +50,7 @@ class TrainConfig:
     """Every knob of a run. Fields in ``NON_IDENTITY`` do not change the loss trajectory."""
 
     model: str = "llama-tiny"
-    recipe: str = "bf16"  # a name in RECIPES / experiments.VARIANTS, or a path to a recipe JSON
+    recipe: str = "bf16"  # a name in RECIPES / recipes.VARIANTS, or a path to a recipe JSON
     tokens: int = 1_000_000
     seed: int = 0
     seq_len: int = 256
@@ -150,13 +150,11 @@ def lr_at(step: int, cfg: TrainConfig) -> float:
 def resolve_recipe(spec: str, seed: int):
     """A Recipe from a name (RECIPES, or an experiment variant) or a recipe JSON file; its
     random streams are seeded from the run's seed so that paired runs differ only by recipe."""
-    from .recipes import RECIPES, get_recipe, recipe_from_dict
+    from .recipes import RECIPES, VARIANTS, get_recipe, recipe_from_dict
 
     if spec not in RECIPES and spec.endswith(".json") and Path(spec).is_file():
         recipe = recipe_from_dict(json.loads(Path(spec).read_text()))
     else:
-        from .experiments import VARIANTS
-
         recipe = VARIANTS[spec] if spec in VARIANTS else get_recipe(spec)
     return recipe.replace(seed=seed)
 
@@ -195,7 +193,7 @@ def environment(device: torch.device) -> dict:
     if device.type == "cuda":
         p = torch.cuda.get_device_properties(device)
         env.update(gpu=p.name, gpu_memory_gib=round(p.total_memory / 2**30, 1),
-                   cuda=torch.version.cuda)
+                   gpu_sms=p.multi_processor_count, cuda=torch.version.cuda)
     return env
 
 

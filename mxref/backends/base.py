@@ -13,7 +13,8 @@ element / scale codes     ``uint8`` (one code per byte, unpacked; E8M0 or E4M3 s
 fp32 results              ``uint32`` bits
 ========================  ===================================================================
 
-Methods (a backend implements those of the golden ops it lists in ``ops``; ``verify`` calls
+Methods (a backend implements those of the golden ops it lists in ``ops``, names from
+:data:`mxref.ops.OP_NAMES`, the op table; ``verify`` calls
 whole files at once, never one row at a time, except ``pack``/``scale_layout`` whose rows
 have different shapes):
 
@@ -39,7 +40,8 @@ have different shapes):
     uint8 ``[R, C]`` -> uint8 1-D in ``cublas`` (128x4 tiles) or ``amd`` (e8m0_shuffle) order.
     Part of golden op ``pack``.
 
-Ops built on the core (EXT_OPS; row layouts in golden/README.md, contracts in docs/):
+The other op families (rotate, gemm, sr, fp8fp4, decompose in :data:`mxref.ops.FAMILIES`; row
+layouts in golden/README.md, contracts in docs/):
 
 ``rotate(src, *, src_dtype, n, signs, method, round_to) -> uint32 bits``
     block Hadamard along the last axis (``signs`` int8 [n]; ``method`` "butterfly" or
@@ -79,33 +81,13 @@ profile's goldens.
 
 A method may raise :class:`Unsupported` for a call it cannot make (a dtype its stack lacks);
 those cases are counted as skipped, never as passed. Any other exception is recorded per case
-as an error.
+as an error. The errors a backend raises (:class:`Unsupported`, :class:`BackendUnavailable`)
+live in :mod:`mxref.errors`, so a backend that duck-types :class:`Backend` needs no import
+from this package.
 """
 from __future__ import annotations
 
-from ..errors import MXRefError
-
-CORE_OPS = ("quantize_mx", "quantize_mx_tensor", "quantize_nvfp4", "convert", "dequantize",
-            "pack")
-EXT_OPS = ("rotate", "quantize_rotated", "gemm", "quantize_mx_sr", "quantize_nvfp4_sr",
-           "mxfp4_to_fp8", "fp8_to_mxfp4", "reblock", "decompose", "rotated_gemm", "macroblock",
-           "outlier_fallback", "quantize_4over6")
-GOLDEN_OPS = CORE_OPS + EXT_OPS
-
-
-class BackendUnavailable(MXRefError):
-    """The backend cannot run here (import failure, no device); verify exits 4."""
-
-
-class UnknownBackendError(MXRefError, KeyError):
-    """A backend name that is neither built in, an entry point, nor importable module:object."""
-
-    def __str__(self) -> str:
-        return str(self.args[0]) if self.args else ""
-
-
-class Unsupported(MXRefError):
-    """Raised by a backend method for a call it does not implement (counted as skipped)."""
+from ..errors import BackendUnavailable, UnknownBackendError, Unsupported  # noqa: F401
 
 
 class Backend:

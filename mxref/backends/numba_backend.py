@@ -8,9 +8,10 @@ from .. import _kernels as K
 from ..formats import get_format
 from ..inputs import as_f32_bits
 from ..layouts import pack_codes, to_amd_shuffle, to_cublas_blocked
+from ..ops import OP_NAMES
 from ..profiles import get_profile
 from ..quantize import dequantize, quantize
-from .base import GOLDEN_OPS, Backend, BackendUnavailable, Unsupported
+from .base import Backend, BackendUnavailable, Unsupported
 
 
 def _view(src: np.ndarray, src_dtype: str):
@@ -24,7 +25,7 @@ class NumbaBackend(Backend):
     name = "numba"
     version = __version__
     device = "cpu"
-    ops = frozenset(GOLDEN_OPS)
+    ops = frozenset(OP_NAMES)
     profiles = ("*",)
 
     def __init__(self, device: str | None = None):
@@ -138,13 +139,13 @@ class NumbaBackend(Backend):
                 np.stack([np.asarray(o.meta["four_over_six"], np.uint8) for o in outs]))
 
     def quantize_mx_sr(self, src, rbits, *, src_dtype, fmt, profile, axis):
-        from ..golden.suites_ext import sr_profile
+        from ..profiles import sr_profile
         x, sd = _view(src, src_dtype)
         mx = quantize(x, fmt, sr_profile(profile), axis=axis, source_dtype=sd, rbits=rbits)
         return mx.scales, mx.codes
 
     def quantize_nvfp4_sr(self, src, rbits, *, src_dtype, profile):
-        from ..golden.suites_ext import sr_profile
+        from ..profiles import sr_profile
         prof = sr_profile(profile)
         scales = np.empty(src.shape[:-1] + (src.shape[-1] // 16,), np.uint8)
         codes = np.empty(src.shape, np.uint8)
@@ -182,7 +183,7 @@ class NumbaBackend(Backend):
         flags uint8 [R, L]. MX: blocks along the last axis; NVFP4: each row is a [L/16, 16]
         tensor with its own global amax."""
         from ..decompose import decompose
-        from ..golden.suites_ext import decomposition_flags
+        from ..golden.suites.decompose import decomposition_flags
         x, sd = _view(src, src_dtype)
         if get_format(fmt).is_nvfp4:
             ds = [decompose(x[r].reshape(-1, 16), fmt, profile, source_dtype=sd)

@@ -1,5 +1,13 @@
 """Finding a backend by name: built-ins, the ``mxref.backends`` entry-point group, or
-``package.module:object`` (a Backend instance, a class, or a factory taking ``device``)."""
+``package.module:object`` (a Backend instance, a class, or a factory taking ``device``).
+
+The built-ins are mxref's own backends (the reference itself and the peer libraries it is
+compared with). Every kernel stack under test, our own included, registers through the
+entry-point group, e.g. in its pyproject.toml::
+
+    [project.entry-points."mxref.backends"]
+    mystack = "mystack.verify:MyBackend"
+"""
 from __future__ import annotations
 
 import importlib
@@ -10,9 +18,6 @@ from .base import BackendUnavailable, UnknownBackendError
 # name -> "module:factory"; modules are imported only when the backend is asked for
 BUILTIN = {
     "numba": "mxref.backends.numba_backend:NumbaBackend",
-    "torch": "mxref.backends.torch_backend:TorchBackend",
-    "triton": "mxref.backends.triton_backend:TritonBackend",
-    "rocm": "mxref.backends.triton_backend:RocmBackend",
     "ml_dtypes": "mxref.backends.peers:MlDtypesBackend",
     "torchao": "mxref.backends.peers:TorchaoFloor",
     "torchao-rceil": "mxref.backends.peers:TorchaoRceil",
@@ -62,7 +67,9 @@ def get_backend(spec: str, device: str | None = None):
         if spec not in eps:
             raise UnknownBackendError(
                 f"unknown backend {spec!r}; known: {', '.join(list_backends())}, or "
-                "package.module:object")
+                f"package.module:object (a backend from another package is found once that "
+                f"package is installed and registers it under the {ENTRY_POINT_GROUP!r} "
+                "entry-point group)")
         try:
             obj = eps[spec].load()
         except Exception as e:

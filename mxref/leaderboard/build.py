@@ -525,7 +525,11 @@ def render_html(records, title, rejected, built, plots) -> str:
 
 # ---- plots ------------------------------------------------------------------------------------
 def _pyplot():
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        raise ImportError("the leaderboard figures need matplotlib: "
+                          "pip install 'mxref[leaderboard]'") from None
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     return plt

@@ -5,13 +5,11 @@ import hashlib
 import json
 import statistics
 import time
-from pathlib import Path
 
-from ..verify.engine import default_golden_root
-from .schema import SCHEMA
-
+from ..corpus import golden_root
 from ..provenance import (GIT_TIMEOUT_S, PACKAGES, REPO, git_output, git_state,  # noqa: F401
                           machine, packages, slug, tree_hash)
+from .schema import SCHEMA
 
 
 def canonical(obj) -> bytes:
@@ -93,7 +91,7 @@ def blocked(runs, blocks: int) -> dict:
 
 
 def golden_state(root=None) -> dict:
-    root = Path(root) if root else default_golden_root()
+    root = golden_root(root)
     man = root / "MANIFEST.json"
     doc = json.loads(man.read_text())
     return {"suite": doc["suite"], "suite_version": doc["suite_version"],

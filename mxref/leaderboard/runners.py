@@ -360,26 +360,60 @@ def train_blocks(times, block_steps: int = TRAIN_BLOCK_STEPS) -> dict:
     return blocked([times], max(1, len(times) // block_steps))
 
 
+def _compare_rows(out: Path, runs: dict) -> dict:
+    """Each run's row of ``compare.json`` (dL and extra tokens against the bf16 run), keyed by
+    the resolved run directory. The file is what ``mxref train compare`` writes; it is made
+    here (in a subprocess, like the runs) when ``OUT/compare/compare.json`` does not cover
+    every run, so the leaderboard reads run artifacts and never imports training code."""
+    dest = out / "compare"
+    base = Path(runs["bf16"]).resolve()
+    want = {Path(rd).resolve() for name, rd in runs.items() if name != "bf16"}
+
+    def rows():
+        if not (dest / "compare.json").is_file():
+            return {}
+        doc = json.loads((dest / "compare.json").read_text())
+        return {Path(r["run"]).resolve(): r for r in doc.get("runs", ())}
+
+    got = rows()
+    if not want <= set(got):
+        log = out / "run.log"
+        rc = _run([sys.executable, "-m", "mxref.cli", "train", "compare", base, *sorted(want),
+                   "--out", dest], log)
+        got = rows()
+        if rc != 0 or not got:
+            raise RunnerError(f"mxref train compare did not write {dest / 'compare.json'} "
+                              f"(exit {rc}); see {log}")
+    missing = sorted(str(p) for p in want - set(got))
+    if missing:
+        raise RunnerError(f"{dest / 'compare.json'} pairs no bf16 baseline with "
+                          f"{', '.join(missing)}")
+    return got
+
+
+def _accelerator(rd: Path) -> dict | None:
+    """The GPU a run used, from the environment its config.json recorded (None on the CPU)."""
+    env = json.loads((rd / "config.json").read_text()).get("env") or {}
+    if not str(env.get("device", "cpu")).startswith("cuda"):
+        return None
+    return {"name": env.get("gpu"), "runtime": f"CUDA {env.get('cuda')}", "driver": None,
+            "clocks": None, "sms": env.get("gpu_sms"), "memory_gib": env.get("gpu_memory_gib")}
+
+
 def ingest_train(out: Path, runs: dict, command,
                  block_steps: int = TRAIN_BLOCK_STEPS) -> list[Path]:
     """One record per recipe run in `runs` (bf16 is the baseline). The repeats are medians of
-    blocks of about `block_steps` timed steps (`train_blocks`), the bf16 roofline's likewise."""
-    from mxkernels.training.compare import compare_pair, load_run
-
+    blocks of about `block_steps` timed steps (`train_blocks`), the bf16 roofline's likewise.
+    Reads the run directories' files only (summary.json, log.jsonl, checks.jsonl, config.json)
+    and the runs' compare.json (`_compare_rows`)."""
     base_dir = runs["bf16"]
-    base = load_run(base_dir)
     bsum = json.loads((base_dir / "summary.json").read_text())
     bsteps = _steps(base_dir)
     btimes = [s["step_time_s"] for s in bsteps[1:]] or [s["step_time_s"] for s in bsteps]
     broof = train_blocks(btimes, block_steps)
     bmed = statistics.median(broof["repeats"])
-    acc = None
-    if str(bsum.get("device", "cpu")).startswith("cuda"):
-        import torch
-        p = torch.cuda.get_device_properties(0)
-        acc = {"name": p.name, "runtime": f"CUDA {torch.version.cuda}", "driver": None,
-               "clocks": None, "sms": p.multi_processor_count,
-               "memory_gib": round(p.total_memory / 2**30, 1)}
+    compared = _compare_rows(out, runs)
+    acc = _accelerator(base_dir) if str(bsum.get("device", "cpu")).startswith("cuda") else None
     env = run_env(acc)
 
     def curve(steps):
@@ -391,7 +425,7 @@ def ingest_train(out: Path, runs: dict, command,
             continue
         summ = json.loads((rd / "summary.json").read_text())
         steps = _steps(rd)
-        cmp = compare_pair(load_run(rd), base)
+        cmp = compared[Path(rd).resolve()]
         checks = rd / "checks.jsonl"
         if not checks.is_file() or not checks.read_text().strip():
             raise RunnerError(f"{rd} holds no in-run validation checks (use --validate-every)")
@@ -431,7 +465,7 @@ def ingest_train(out: Path, runs: dict, command,
                                       if summ.get("peak_mem_bytes") else None),
                      "loss_curve": curve(steps), "baseline_curve": curve(bsteps)},
             verify={"kind": "in-run-validation", "report": rel, "sha256": sha,
-                    "status": status, "backend": f"mxkernels {summ.get('device')}",
+                    "status": status, "backend": f"MXLinear {summ.get('device')}",
                     "cases": len(lines)}, env=env)
         written.append(_write(out, rec))
     return written

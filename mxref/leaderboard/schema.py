@@ -155,7 +155,11 @@ RECORD_SCHEMA = {
 
 def schema_problems(record) -> list[str]:
     """Every JSON Schema violation of `record`, as 'path: message' lines (empty when valid)."""
-    import jsonschema
+    try:
+        import jsonschema
+    except ImportError:
+        raise ImportError("checking leaderboard records needs jsonschema: "
+                          "pip install 'mxref[leaderboard]'") from None
 
     v = jsonschema.Draft202012Validator(RECORD_SCHEMA)
     out = []

@@ -1,194 +1,223 @@
-"""``triton`` and ``rocm``: the Triton kernels of ``mxkernels.triton_quant`` as verify backends.
+"""Our kernels as ``mxref verify`` backends: ``torch``, ``triton`` and ``rocm``.
 
-``TritonBackend`` runs on the GPU (torch device ``cuda``: NVIDIA, or AMD through a ROCm build
-of torch) or, on a machine without one, through the Triton interpreter when
-``TRITON_INTERPRET=1`` is in the environment (device ``cpu (triton interpreter)``).
-``RocmBackend`` is the same kernels, required to run on an AMD GPU.
+They register through the ``mxref.backends`` entry-point group (pyproject.toml), exactly as a
+third party's backend would; mxref itself knows nothing of them. The protocol they implement is
+documented in ``mxref/backends/base.py``; they duck-type it (any object with its attributes and
+methods will do) and raise its errors, which live in :mod:`mxref.errors`.
 
-Triton decides interpreter vs compiler when a kernel is *decorated*, i.e. when the kernel module
-is imported, not when triton itself is imported. The backend therefore checks which kind of
-kernel the imported module holds and, if it is the wrong kind for this run (the module was
-imported earlier with another ``TRITON_INTERPRET`` setting), loads a private copy of the module
-under the right setting. The kernels call only Triton's core builtins, never the @jit helpers
-of ``triton.language.standard`` (``tl.max`` and friends are decorated when *triton* is imported),
-so setting ``TRITON_INTERPRET=1`` in ``os.environ`` before the backend is constructed is enough,
-whatever was imported before (checked by tests/test_triton_backend.py, which imports triton
-first). Setting it in the environment before Python starts works too, of course.
+``torch``
+    The vectorized torch emulator (:mod:`mxkernels.torch_emu`): an implementation of
+    docs/semantics.md written independently of the Numba reference, on any torch device
+    (``cpu``, ``cuda``, ``cuda:1``, ROCm's ``cuda`` devices).
+``triton``
+    The Triton kernels of ``mxkernels/triton_*.py``, on the GPU (torch device ``cuda``: NVIDIA,
+    or AMD through a ROCm build of torch) or, on a machine without one, through the Triton
+    interpreter when ``TRITON_INTERPRET=1`` is in the environment (device
+    ``cpu (triton interpreter)``). The kernels are loaded by :mod:`mxkernels.loader`, which
+    explains how compiled and interpreted kernels live side by side in one process.
+``rocm``
+    The same Triton kernels, required to run on an AMD GPU.
+
+Importing this module imports neither torch nor triton.
 """
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import os
-import sys
-import threading
-
 import numpy as np
 
-from .. import __version__
-from ..errors import MXRefError
-from ..formats import FORMATS
-from ..profiles import get_profile
-from .base import Backend, BackendUnavailable, Unsupported
+from mxref import __version__
+from mxref.backends.base import Backend
+from mxref.errors import BackendUnavailable, MXRefError, Unsupported
+from mxref.formats import FORMATS, get_format
+from mxref.ops import family_ops
+from mxref.profiles import get_profile, sr_profile
 
-_KERNEL_MODULE = "mxkernels.triton_quant"
-# every kernel module, dependencies first (a later module imports @jit helpers from an earlier
-# one with ``from mxkernels.triton_quant import ...``; a private copy resolves those imports to
-# the private copies, see _private_copy)
-KERNEL_MODULES = ("mxkernels.triton_quant", "mxkernels.triton_fast", "mxkernels.triton_sr",
-                  "mxkernels.triton_rotate", "mxkernels.triton_convert", "mxkernels.triton_gemm")
-_TRUE = ("1", "true", "on", "yes")
-_LOCK = threading.Lock()
-_PRIVATE: dict = {}
+from .loader import interpret_requested, load_kernels, present_modules
 
-# Profiles whose every L0 and L1 golden file passes bit-exactly (tests/test_triton_backend.py,
-# in the interpreter; the same kernels compile for sm_90/gfx942/gfx950, tests/test_triton_aot.py).
-# Stochastic rounding (ops quantize_mx_sr / quantize_nvfp4_sr: each profile with
-# rounding="stochastic") is mxkernels/triton_sr.py; no named profile uses it.
-_CLAIMED = ("ocp", "rceil", "microxcaling", "torchao_floor", "torchao_rceil", "torchao_ceil",
-            "torchao_even", "triton_kernels_round_up", "triton_kernels_round_down",
-            "triton_kernels_ties_up", "rocm_te_mxfp4", "te_mxfp8", "te_nvfp4", "torchao_nvfp4")
-_OPS = frozenset(("quantize_mx", "quantize_mx_tensor", "quantize_nvfp4", "convert", "dequantize",
-                  "pack", "rotate", "quantize_rotated", "gemm", "rotated_gemm", "quantize_mx_sr",
-                  "quantize_nvfp4_sr", "mxfp4_to_fp8", "fp8_to_mxfp4", "reblock"))
 _SRC_NUMPY = {"float32": np.uint32, "bfloat16": np.uint16, "float16": np.uint16}
+
+
+def _torch(who: str = ""):
+    try:
+        import torch
+    except Exception as e:  # ImportError, or a broken install
+        raise BackendUnavailable(f"{who}cannot import torch: {e}") from None
+    return torch
 
 
 def torch_dtype(name: str):
     return getattr(_torch(), name)
 
 
-def interpret_requested() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0").strip().lower() in _TRUE
+# ==== torch ==================================================================================
+# Profiles for which every L0 and L1 golden file passes bit-exactly (tests/test_torch_backend.py).
+TORCH_PROFILES = (
+    "ocp", "rceil", "torchao_floor", "torchao_rceil", "torchao_ceil", "torchao_even",
+    "microxcaling", "triton_kernels_round_up", "triton_kernels_round_down",
+    "triton_kernels_ties_up", "rocm_te_mxfp4", "te_mxfp8", "te_nvfp4", "torchao_nvfp4",
+)
 
 
-def _torch():
-    try:
-        import torch
-    except ImportError as e:  # pragma: no cover - torch is a dependency
-        raise BackendUnavailable(f"torch is not importable: {e}") from None
-    return torch
+def _emu():
+    from . import torch_emu
+    return torch_emu
 
 
-class KernelSet:
-    """The kernel modules of one kind (all compiled or all interpreted), as one namespace:
-    ``ks.mx_quantize`` is looked up in each module in KERNEL_MODULES order; ``ks.modules``
-    maps the short module name ("triton_quant", "triton_gemm", ...) to the module."""
+class TorchBackend(Backend):
+    name = "torch"
+    # quantize_nvfp4_sr: torch_emu's NVFP4 with rand_bits, a second implementation of the SR
+    # rule beside the reference (the MX SR op is not wired: torch_emu.quantize_mx would do)
+    ops = frozenset(family_ops("quantize") + ("quantize_nvfp4_sr",))
+    profiles = TORCH_PROFILES
 
-    def __init__(self, modules: dict):
-        self.modules = modules
-
-    def __getattr__(self, name):
-        if name.startswith("__"):
-            raise AttributeError(name)
-        for mod in self.modules.values():
-            if hasattr(mod, name):
-                return getattr(mod, name)
-        raise AttributeError(f"no kernel module defines {name!r}")
-
-    def __getitem__(self, short: str):
-        return self.modules[short]
-
-
-def _present(names=KERNEL_MODULES):
-    return tuple(n for n in names if importlib.util.find_spec(n) is not None)
-
-
-_LOADED: dict = {}     # (interpret, TRITON_INTERPRET set) -> KernelSet, once loaded
-
-
-def load_kernels(interpret: bool) -> KernelSet:
-    """Every kernel module with kernels decorated for ``interpret``, as a :class:`KernelSet`.
-
-    Compiled kernels come from the canonical ``mxkernels.triton_*`` modules unless one was
-    imported under TRITON_INTERPRET=1; interpreted kernels come from the canonical modules
-    only if all were imported that way. Otherwise private copies of the modules are executed
-    under the right setting (and kept), so the canonical modules are never turned into
-    interpreted kernels behind the back of other code in the process.
-    """
-    key = (interpret, interpret_requested())
-    hit = _LOADED.get(key)
-    if hit is not None:         # every op launch asks: the module scan below took ~125 us
-        return hit
-    with _LOCK:
-        try:
-            import triton  # noqa: F401
-        except ImportError as e:
-            raise BackendUnavailable(f"triton is not importable: {e}") from None
-        try:
-            names = _present()
-            mods = {n: sys.modules.get(n) for n in names}
-            if not interpret and not interpret_requested():
-                mods = {n: m if m is not None else importlib.import_module(n)
-                        for n, m in mods.items()}
-            if all(m is not None and _is_interpreted(m) == interpret for m in mods.values()):
-                _LOADED[key] = KernelSet({n.rsplit(".", 1)[1]: m for n, m in mods.items()})
-                return _LOADED[key]
-            if interpret not in _PRIVATE:
-                _PRIVATE[interpret] = _private_copy(interpret, names)
-            _LOADED[key] = _PRIVATE[interpret]
-            return _LOADED[key]
+    def __init__(self, device: str | None = None):
+        self.device = "cpu" if device is None else str(device)
+        self._dev = None
+        try:   # the constructor never fails for a missing torch: check_available says why
+            self.version = _torch("torch backend: ").__version__
         except BackendUnavailable:
-            raise
-        except Exception as e:  # noqa: BLE001 - any import failure means "cannot run here"
-            raise BackendUnavailable(f"cannot load the kernel modules: {type(e).__name__}: {e}") \
+            self.version = "unavailable"
+
+    # ---- availability -----------------------------------------------------------------
+    def check_available(self) -> None:
+        torch = _torch("torch backend: ")
+        try:
+            dev = torch.device(self.device)
+        except (RuntimeError, ValueError, TypeError) as e:
+            raise BackendUnavailable(f"torch backend: bad device {self.device!r}: {e}") from None
+        if dev.type == "cuda":
+            if not torch.cuda.is_available():
+                runtime = "ROCm/HIP" if torch.version.hip else "CUDA"
+                raise BackendUnavailable(
+                    f"torch backend: device {self.device!r} requested but torch "
+                    f"{torch.__version__} sees no {runtime} device")
+            index = 0 if dev.index is None else dev.index
+            if index >= torch.cuda.device_count():
+                raise BackendUnavailable(
+                    f"torch backend: device {self.device!r} does not exist "
+                    f"({torch.cuda.device_count()} visible)")
+        elif dev.type != "cpu":
+            try:
+                torch.zeros(1, device=dev)
+            except Exception as e:
+                raise BackendUnavailable(
+                    f"torch backend: device {self.device!r} is not usable: {e}") from None
+        try:
+            _emu()
+        except ImportError as e:
+            raise BackendUnavailable(f"torch backend: cannot import mxkernels.torch_emu: {e}") \
                 from None
 
+    def describe(self) -> dict:
+        d = super().describe()
+        try:
+            torch = _torch("torch backend: ")
+        except BackendUnavailable as e:
+            return {**d, "error": str(e)}
+        runtime = f"torch {torch.__version__}"
+        if torch.version.hip:
+            runtime += f", hip {torch.version.hip}"
+        elif torch.version.cuda:
+            runtime += f", cuda {torch.version.cuda}"
+        d["runtime"] = runtime
+        try:
+            dev = torch.device(self.device)
+            if dev.type == "cuda" and torch.cuda.is_available():
+                d["gpu"] = torch.cuda.get_device_name(dev)
+                props = torch.cuda.get_device_properties(dev)
+                if torch.version.hip:
+                    d["arch"] = getattr(props, "gcnArchName", "") or "unknown"
+                else:
+                    d["arch"] = f"sm_{props.major}{props.minor}"
+        except Exception:  # describe never fails
+            pass
+        return d
 
-def _private_copy(interpret: bool, names) -> KernelSet:
-    """Execute the kernel modules afresh under TRITON_INTERPRET=1/0 (Triton reads the setting
-    when @triton.jit decorates a function, so it must hold while the module bodies run). While
-    a copy executes, the canonical names in sys.modules point at the copies made so far, so
-    ``from mxkernels.triton_quant import _helper`` in a later module binds the copy's helper."""
-    prev = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
-    saved = {n: sys.modules.get(n) for n in names}
-    copies = {}
-    try:
-        for name in names:
-            priv = f"{name}__{'interpreted' if interpret else 'compiled'}"
-            origin = importlib.util.find_spec(name).origin
-            spec = importlib.util.spec_from_file_location(priv, origin)
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[priv] = mod
-            sys.modules[name] = mod
-            try:
-                spec.loader.exec_module(mod)
-            except BaseException:
-                sys.modules.pop(priv, None)
-                raise
-            copies[name.rsplit(".", 1)[1]] = mod
-    finally:
-        for n, m in saved.items():
-            if m is None:
-                sys.modules.pop(n, None)
-            else:
-                sys.modules[n] = m
-        if prev is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = prev
-    for mod in copies.values():
-        if _is_interpreted(mod) != interpret:
-            raise BackendUnavailable(
-                "this triton version does not read TRITON_INTERPRET when kernels are decorated; "
-                "set TRITON_INTERPRET=1 in the environment before starting Python")
-    return KernelSet(copies)
+    # ---- helpers ----------------------------------------------------------------------
+    def _t(self, arr: np.ndarray):
+        torch = _torch("torch backend: ")
+        if self._dev is None:
+            self._dev = torch.device(self.device)
+        a = np.ascontiguousarray(arr)
+        if a.dtype in (np.uint32, np.uint16, np.uint8):
+            a = a.astype(np.int64)
+        return torch.from_numpy(a).to(self._dev)
+
+    @staticmethod
+    def _np(t, dtype) -> np.ndarray:
+        a = t.cpu().numpy()
+        if dtype == np.uint32:
+            return np.ascontiguousarray(a.astype(np.int32, copy=False).view(np.uint32))
+        return np.ascontiguousarray(a.astype(dtype, copy=False))
+
+    @staticmethod
+    def _src_dtype(src_dtype: str) -> str:
+        if src_dtype not in ("float32", "bfloat16", "float16"):
+            raise Unsupported(f"torch backend: source dtype {src_dtype!r} is not supported")
+        return src_dtype
+
+    # ---- golden ops -------------------------------------------------------------------
+    def quantize_mx(self, src, *, src_dtype, fmt, profile, axis):
+        emu = _emu()
+        scales, codes = emu.quantize_mx(self._t(src), self._src_dtype(src_dtype), fmt, profile,
+                                        axis=axis)
+        return self._np(scales, np.uint8), self._np(codes, np.uint8)
+
+    def quantize_nvfp4(self, src, *, src_dtype, profile):
+        emu = _emu()
+        scales, codes, ts = emu.quantize_nvfp4(self._t(src), self._src_dtype(src_dtype), profile,
+                                               batch_dims=1)
+        return self._np(scales, np.uint8), self._np(codes, np.uint8), self._np(ts, np.uint32)
+
+    def quantize_nvfp4_sr(self, src, rbits, *, src_dtype, profile):
+        emu = _emu()
+        scales, codes, ts = emu.quantize_nvfp4(self._t(src), self._src_dtype(src_dtype),
+                                               sr_profile(profile), batch_dims=1,
+                                               rand_bits=self._t(np.asarray(rbits, np.uint32)))
+        return self._np(scales, np.uint8), self._np(codes, np.uint8), self._np(ts, np.uint32)
+
+    def convert(self, src, *, src_dtype, fmt, profile):
+        emu = _emu()
+        codes = emu.convert(self._t(src), self._src_dtype(src_dtype), fmt, profile)
+        return self._np(codes, np.uint8)
+
+    def dequantize(self, scales, codes, *, fmt, profile):
+        emu = _emu()
+        if get_format(fmt).is_nvfp4:
+            raise Unsupported("torch backend: NVFP4 dequantize needs the tensor scale; "
+                              "use mxkernels.torch_emu.dequantize_nvfp4")
+        bits = emu.dequantize(self._t(scales), self._t(codes), fmt, axis=-1)
+        return self._np(bits, np.uint32)
+
+    def pack(self, codes, *, fmt):
+        emu = _emu()
+        return self._np(emu.pack(self._t(codes), fmt), np.uint8)
+
+    def scale_layout(self, scales, *, layout):
+        emu = _emu()
+        if layout not in ("cublas", "amd"):
+            raise Unsupported(f"unknown scale layout {layout!r}")
+        return self._np(emu.scale_layout(self._t(scales), layout), np.uint8)
 
 
-def _is_interpreted(mod) -> bool:
-    """Whether the module's @triton.jit kernels were decorated for the interpreter."""
-    kinds = {type(v).__name__ for v in vars(mod).values()
-             if type(v).__name__ in ("JITFunction", "InterpretedFunction")
-             and getattr(getattr(v, "fn", None), "__module__", None) == mod.__name__}
-    return kinds == {"InterpretedFunction"}
+# ==== triton and rocm ========================================================================
+# Profiles whose every L0 and L1 golden file passes bit-exactly (tests/test_triton_backend.py,
+# in the interpreter; the same kernels compile for sm_90/gfx942/gfx950, tests/test_triton_aot.py).
+# Stochastic rounding (ops quantize_mx_sr / quantize_nvfp4_sr: each profile with
+# rounding="stochastic") is mxkernels/triton_sr.py; no named profile uses it.
+TRITON_PROFILES = (
+    "ocp", "rceil", "microxcaling", "torchao_floor", "torchao_rceil", "torchao_ceil",
+    "torchao_even", "triton_kernels_round_up", "triton_kernels_round_down",
+    "triton_kernels_ties_up", "rocm_te_mxfp4", "te_mxfp8", "te_nvfp4", "torchao_nvfp4")
+TRITON_OPS = frozenset(family_ops("quantize") + (
+    "rotate", "quantize_rotated", "gemm", "rotated_gemm", "quantize_mx_sr", "quantize_nvfp4_sr",
+    "mxfp4_to_fp8", "fp8_to_mxfp4", "reblock"))
 
 
 class TritonBackend(Backend):
     name = "triton"
     version = __version__
-    ops = _OPS
-    profiles = _CLAIMED
+    ops = TRITON_OPS
+    profiles = TRITON_PROFILES
 
     def __init__(self, device: str | None = None, fast: bool = True):
         self._fast = fast
@@ -257,7 +286,7 @@ class TritonBackend(Backend):
 
     @property
     def kernels(self):
-        """The kernel module this backend launches (mxkernels.triton_quant or its copy)."""
+        """The kernels this backend launches: a :class:`mxkernels.loader.KernelSet`."""
         self.check_available()
         return self._tq
 
@@ -285,7 +314,7 @@ class TritonBackend(Backend):
             d.update(device_name=self._device_name, arch=self._arch, runtime=self._runtime)
         else:
             d.update(runtime="triton interpreter (TRITON_INTERPRET=1)")
-        d["kernels"] = list(_present())
+        d["kernels"] = list(present_modules())
         return d
 
     # ---- helpers -----------------------------------------------------------------------
