@@ -1,20 +1,34 @@
 """mxref: the bit-exact reference for OCP MX formats and NVFP4.
 
 CPU only, integer domain, no GPU imports. See docs/semantics.md for the exact rules.
+
+The public names below load on first use (PEP 562), so ``import mxref`` (and ``mxref --help``,
+``mxref --version``) cost no Numba start-up; ``from mxref import quantize`` works as before.
 """
-from .errors import (AmbiguousInputError, AxisError, BlockSizeError, MXRefError,
-                     ProfileConflictError, ShapeError, UnknownFormatError, UnknownProfileError,
-                     UnsupportedDtypeError)
-from .formats import ELEMENT_FORMATS, FORMATS, BlockFormat, FloatFormat, IntFormat, get_format
-from .profiles import PROFILES, Profile, get_profile
-from .quantize import MXTensor, dequantize, quantize, random_bits
-from .rotate import hadamard, quantize_rotated, rotate, sign_vector
-from .gemm import GemmCheck, check_gemm, gemm, gemm_codes, gemm_error_bound
-from .rotated_gemm import rotated_gemm, rotated_gemm_error
-from .fp8fp4 import FP8Tensor, fp8_to_mxfp4, mxfp4_to_fp8, reblock, reblock_error
-from .decompose import Decomposition, compare_scale_rules, decompose
+from __future__ import annotations
+
+import importlib
+import sys
+import types
 
 __version__ = "0.1.0"
+
+#: public name -> the submodule that defines it
+_EXPORTS = {
+    **dict.fromkeys(("AmbiguousInputError", "AxisError", "BlockSizeError", "MXRefError",
+                     "ProfileConflictError", "ShapeError", "UnknownFormatError",
+                     "UnknownProfileError", "UnsupportedDtypeError"), "errors"),
+    **dict.fromkeys(("ELEMENT_FORMATS", "FORMATS", "BlockFormat", "FloatFormat", "IntFormat",
+                     "get_format"), "formats"),
+    **dict.fromkeys(("PROFILES", "Profile", "get_profile"), "profiles"),
+    **dict.fromkeys(("MXTensor", "dequantize", "quantize", "random_bits"), "quantize"),
+    **dict.fromkeys(("hadamard", "quantize_rotated", "rotate", "sign_vector"), "rotate"),
+    **dict.fromkeys(("GemmCheck", "check_gemm", "gemm", "gemm_codes", "gemm_error_bound"), "gemm"),
+    **dict.fromkeys(("rotated_gemm", "rotated_gemm_error"), "rotated_gemm"),
+    **dict.fromkeys(("FP8Tensor", "fp8_to_mxfp4", "mxfp4_to_fp8", "reblock", "reblock_error"),
+                    "fp8fp4"),
+    **dict.fromkeys(("Decomposition", "compare_scale_rules", "decompose"), "decompose"),
+}
 
 __all__ = [
     "quantize", "dequantize", "random_bits", "MXTensor", "FORMATS", "ELEMENT_FORMATS", "PROFILES",
@@ -28,9 +42,43 @@ __all__ = [
 ]
 
 
+#: submodules named like the function they define: ``mxref.<name>`` means the function
+_SHADOWED = frozenset(n for n, m in _EXPORTS.items() if n == m)
+
+
+class _Package(types.ModuleType):
+    def __setattr__(self, name, value):
+        # importing a submodule binds it on this package; for the five in _SHADOWED, bind the
+        # function instead, as the eager ``from .quantize import quantize`` always did
+        if (name in _SHADOWED and isinstance(value, types.ModuleType)
+                and value.__name__ == f"{__name__}.{name}"):
+            value = getattr(value, name)
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(__all__))
+
+
 def warmup() -> None:
     """Compile every kernel once (first-use compilation otherwise lands in the first call)."""
     import numpy as np
+
+    from .formats import FORMATS
+    from .profiles import get_profile
+    from .quantize import dequantize, quantize
 
     x = np.linspace(-3, 3, 64, dtype=np.float32).reshape(2, 32)
     for name in FORMATS:

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The test command: set-up, then the whole pytest suite (exhaustive 2^32 sweeps are opt-in), then
-# the conformance gate (scripts/conformance.sh). With arguments, only pytest with those arguments.
+# The test command: set-up, then the whole pytest suite (exhaustive 2^32 sweeps are opt-in), the
+# conformance gate (scripts/conformance.sh), and the installed-wheel check (scripts/wheel_check.sh:
+# the wheel in a fresh venv, from an empty directory, plus examples/kernel_repo with the plugin).
+# With arguments, only pytest with those arguments.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -11,4 +13,5 @@ fi
 rc=0
 python3 -m pytest -q || rc=1
 bash scripts/conformance.sh || rc=1
+bash scripts/wheel_check.sh || rc=1
 exit $rc

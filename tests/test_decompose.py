@@ -21,7 +21,7 @@ import oracle as O  # noqa: E402
 import mxref  # noqa: E402
 import mxref.decompose  # noqa: E402
 D = sys.modules["mxref.decompose"]  # the module (mxref.decompose is also the function)
-from mxref.decompose_cli import decompose_cmd  # noqa: E402
+from mxref.cli.decompose import decompose_cmd  # noqa: E402
 from mxref.errors import ProfileConflictError, UnknownFormatError  # noqa: E402
 
 ELEM = {"mxfp4": "e2m1", "mxfp6_e2m3": "e2m3", "mxfp6_e3m2": "e3m2", "mxfp8_e4m3": "e4m3",

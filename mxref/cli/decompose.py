@@ -10,25 +10,21 @@ from __future__ import annotations
 import csv
 import json
 import math
-import sys
 from pathlib import Path
 
 import click
 import numpy as np
 
-from .decompose import DISTRIBUTIONS, SCALE_RULE_CHOICES, decompose, synthetic
-from .errors import MXRefError
-from .formats import get_format
-from .profiles import get_profile
+from ..errors import MXRefError
+from ..formats import get_format
+from ..profiles import get_profile
+from .common import fail
 
 SCHEMA = "mxref-decompose/1"
-RULE_CHOICES = ("profile",) + SCALE_RULE_CHOICES
 MAX_PLOT_SECTIONS = 4
-
-
-def _fail(msg: str, code: int = 2):
-    click.echo(f"error: {msg}", err=True)
-    sys.exit(code)
+#: shown in --help without importing mxref.decompose (Numba); a test holds this equal to
+#: mxref.decompose.DISTRIBUTIONS, and decompose() itself rejects unknown names
+DISTRIBUTION_NAMES = ("gaussian", "laplace", "student-t3", "uniform", "outlier")
 
 
 def _parse_shape(text: str) -> tuple:
@@ -42,45 +38,52 @@ def _parse_shape(text: str) -> tuple:
 
 
 def _parse_rules(text: str | None, is_nvfp4: bool) -> list[str]:
+    from ..decompose import SCALE_RULE_CHOICES
+
+    choices = ("profile",) + SCALE_RULE_CHOICES
     if text is None:
         return ["profile", "ideal"] if is_nvfp4 else ["floor", "rceil", "even", "ideal"]
     rules = [r.strip() for r in text.split(",") if r.strip()]
-    bad = [r for r in rules if r not in RULE_CHOICES]
+    bad = [r for r in rules if r not in choices]
     if not rules or bad:
         raise click.BadParameter(f"unknown rule(s) {', '.join(bad) or text!r}; choose from "
-                                 f"{', '.join(RULE_CHOICES)}", param_hint="--rules")
+                                 f"{', '.join(choices)}", param_hint="--rules")
     return rules
 
 
 # ---- inputs --------------------------------------------------------------------------------
 def _load_npy(p: Path, tensor):
     if tensor is not None:
-        _fail("--tensor selects a tensor of a .safetensors file or a column of an Arrow file; "
-              f"{p.name} is a single .npy array")
+        fail("--tensor selects a tensor of a .safetensors file or a column of an Arrow file; "
+             f"{p.name} is a single .npy array")
     try:
         return [(p.name, None, np.load(p, allow_pickle=False))]
     except (OSError, ValueError) as e:
-        _fail(f"{p}: cannot read as .npy: {e}")
+        fail(f"{p}: cannot read as .npy: {e}")
 
 
 def _load_safetensors(p: Path, tensor):
-    from safetensors import safe_open
+    try:
+        from safetensors import safe_open
+    except ImportError:
+        fail(f"{p.name}: reading .safetensors needs the safetensors package: "
+             "pip install safetensors (or 'mxref[train]')")
 
     try:
         with safe_open(str(p), framework="numpy") as f:
             names = list(f.keys())
             if tensor is not None and tensor not in names:
-                _fail(f"{p.name}: no tensor {tensor!r}; it holds {', '.join(names) or 'none'}")
+                fail(f"{p.name}: no tensor {tensor!r}; it holds {', '.join(names) or 'none'}")
             pick = [tensor] if tensor is not None else names
             if not pick:
-                _fail(f"{p.name}: the file holds no tensors")
+                fail(f"{p.name}: the file holds no tensors")
             return [(f"{p.name}:{n}", n, f.get_tensor(n)) for n in pick]
     except (OSError, ValueError, TypeError) as e:
-        _fail(f"{p}: cannot read as .safetensors: {e}")
+        fail(f"{p}: cannot read as .safetensors: {e}")
     except Exception as e:   # safetensors raises its own SafetensorError for corrupt files
         if type(e).__name__ != "SafetensorError":
             raise
-        _fail(f"{p}: cannot read as .safetensors: {e}")
+        fail(f"{p}: cannot read as .safetensors: {e}")
 
 
 def _arrow_array(col):
@@ -104,21 +107,21 @@ def _load_arrow(p: Path, tensor):
         except pa.ArrowInvalid:
             table = ipc.open_stream(str(p)).read_all()
     except (OSError, pa.ArrowInvalid) as e:
-        _fail(f"{p}: cannot read as Arrow IPC: {e}")
+        fail(f"{p}: cannot read as Arrow IPC: {e}")
     names = table.column_names
     if tensor is not None and tensor not in names:
-        _fail(f"{p.name}: no column {tensor!r}; it has {', '.join(names) or 'none'}")
+        fail(f"{p.name}: no column {tensor!r}; it has {', '.join(names) or 'none'}")
     out = []
     for n in ([tensor] if tensor is not None else names):
         arr = _arrow_array(table.column(n))
         if arr is None:
             if tensor is not None:
-                _fail(f"{p.name}: column {n!r} has type {table.column(n).type}; need a float "
-                      "column or a fixed-shape tensor")
+                fail(f"{p.name}: column {n!r} has type {table.column(n).type}; need a float "
+                     "column or a fixed-shape tensor")
             continue
         out.append((f"{p.name}:{n}", n, arr))
     if not out:
-        _fail(f"{p.name}: no float or fixed-shape-tensor column among {', '.join(names)}")
+        fail(f"{p.name}: no float or fixed-shape-tensor column among {', '.join(names)}")
     return out
 
 
@@ -126,7 +129,7 @@ def load_sections(path: str, tensor: str | None) -> list[tuple]:
     """[(label, tensor name or None, numpy array)] for each tensor to decompose."""
     p = Path(path)
     if not p.is_file():
-        _fail(f"{path}: no such file")
+        fail(f"{path}: no such file")
     suffix = p.suffix.lower()
     if suffix == ".npy":
         return _load_npy(p, tensor)
@@ -134,7 +137,7 @@ def load_sections(path: str, tensor: str | None) -> list[tuple]:
         return _load_safetensors(p, tensor)
     if suffix in (".arrow", ".feather", ".ipc"):
         return _load_arrow(p, tensor)
-    _fail(f"{path}: unknown file type {suffix!r}; use .npy, .safetensors, .arrow or .feather")
+    fail(f"{path}: unknown file type {suffix!r}; use .npy, .safetensors, .arrow or .feather")
 
 
 # ---- outputs -------------------------------------------------------------------------------
@@ -191,7 +194,10 @@ def _write_blocks(path, rows_by_section):
 
 
 def _plot(path, sections, ratios):
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:
+        fail("--plot needs matplotlib: pip install 'mxref[plot]'")
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
@@ -242,7 +248,7 @@ def _plot(path, sections, ratios):
 @click.command("decompose")
 @click.argument("file", required=False, metavar="FILE")
 @click.option("--synthetic", "dist", metavar="DIST",
-              help=f"Decompose synthetic data instead of FILE: {', '.join(DISTRIBUTIONS)}.")
+              help=f"Decompose synthetic data instead of FILE: {', '.join(DISTRIBUTION_NAMES)}.")
 @click.option("-f", "--format", "fmt", required=True, help="Block format (mxfp4, nvfp4, ...).")
 @click.option("-p", "--profile", default="ocp", show_default=True)
 @click.option("--rules", default=None, metavar="R[,R]",
@@ -264,6 +270,8 @@ def decompose_cmd(file, dist, fmt, profile, rules, axis, shape, seed, tensor, so
                   from_float64, as_json, plot_path, block_path):
     """Decompose the quantization error of FILE (or --synthetic DIST) into scale bias,
     deadzone and grid noise, exactly, for each scale rule."""
+    from ..decompose import decompose, synthetic
+
     if (file is None) == (dist is None):
         raise click.UsageError("give exactly one of FILE or --synthetic DIST")
     if dist is not None and tensor is not None:
@@ -272,7 +280,7 @@ def decompose_cmd(file, dist, fmt, profile, rules, axis, shape, seed, tensor, so
         bf = get_format(fmt)
         prof = get_profile(profile)
     except MXRefError as e:
-        _fail(str(e))
+        fail(str(e))
     rule_list = _parse_rules(rules, bf.is_nvfp4)
     if dist is not None:
         shp = _parse_shape(shape)
@@ -280,7 +288,7 @@ def decompose_cmd(file, dist, fmt, profile, rules, axis, shape, seed, tensor, so
             inputs = [(f"synthetic {dist} {'x'.join(map(str, shp))} seed {seed}", None,
                        synthetic(dist, shp, seed))]
         except MXRefError as e:
-            _fail(str(e))
+            fail(str(e))
     else:
         inputs = load_sections(file, tensor)
     sections, block_rows, ratios = [], [], {}
@@ -298,7 +306,7 @@ def decompose_cmd(file, dist, fmt, profile, rules, axis, shape, seed, tensor, so
                     if block_path:
                         block_rows.append((label, rule, bst))
         except MXRefError as e:
-            _fail(f"{label}: {e}")
+            fail(f"{label}: {e}")
         first = next(iter(results.values()))
         sections.append({
             "input": label, "tensor": name, "shape": list(arr.shape),

@@ -1,0 +1,4 @@
+"""`python -m mxref`: the `mxref` command line."""
+from .cli import main
+
+main(prog_name="mxref")

@@ -1,0 +1,202 @@
+"""`mxref verify`: hold a kernel stack to the golden corpus (the work is in mxref.verify; this
+module only parses options and maps outcomes to exit codes, importing nothing heavy at load)."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import MXRefError
+from .common import split_values
+
+
+def _verify_exit(code: int, msg: str, as_json: bool, status: str):
+    from ..verify.run import SCHEMA
+    if as_json:
+        click.echo(json.dumps({"schema": SCHEMA, "status": status, "exit_code": code,
+                               "error": msg}, indent=2))
+    click.echo(f"error: {msg}", err=True)
+    sys.exit(code)
+
+
+@click.command("verify")
+@click.option("-b", "--backend", "backend_spec", metavar="B",
+              help="numba, torch, triton, rocm, ml_dtypes, torchao[-rceil|-ceil|-even], "
+                   "transformer_engine, an entry point of group mxref.backends, or "
+                   "package.module:object.")
+@click.option("--device", default=None, help="Device for backends that take one (torch: cuda, cuda:1, ...).")
+@click.option("--golden", "root", type=click.Path(file_okay=False), default=None,
+              help="Golden corpus directory (default: $MXREF_GOLDEN, else the corpus installed "
+                   "with mxref; `mxref golden path` prints which).")
+@click.option("--suite", default=None, metavar="S[@VERSION]", help="Require this suite (mx-core).")
+@click.option("-p", "--profile", "profiles", multiple=True, metavar="P",
+              help="Profiles to verify (default: every profile the backend claims).")
+@click.option("--ops", multiple=True, metavar="OP[,OP]",
+              help="Golden ops (default: every op the backend implements): the core ops "
+                   "quantize_mx, quantize_mx_tensor, quantize_nvfp4, convert, dequantize, pack; "
+                   "rotate, quantize_rotated, gemm, rotated_gemm, quantize_mx_sr, "
+                   "quantize_nvfp4_sr, mxfp4_to_fp8, fp8_to_mxfp4, reblock, decompose, "
+                   "macroblock, outlier_fallback, quantize_4over6.")
+@click.option("--classes", multiple=True, metavar="C[,C]", help="Coverage classes, e.g. E2,S7.")
+@click.option("-f", "--format", "formats", multiple=True, metavar="F[,F]")
+@click.option("--src-dtype", "src_dtypes", multiple=True, metavar="D[,D]",
+              help="float32, bfloat16, float16.")
+@click.option("--level", "levels", multiple=True, type=click.IntRange(0, 3), default=(1,),
+              show_default=True)
+@click.option("--max-errors", default=20, show_default=True, type=click.IntRange(0),
+              help="Mismatch records listed (0 = all); the counters always cover everything.")
+@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON document (mxref-verify/1).")
+@click.option("--json-out", type=click.Path(dir_okay=False), help="Also write the JSON report here.")
+@click.option("--junit-xml", type=click.Path(dir_okay=False),
+              help="JUnit XML, one testcase per (golden file, class).")
+@click.option("--expectations", "expectations_path", type=click.Path(dir_okay=False),
+              help="TOML manifest of known deviations (reported as XFAIL), or the name of one "
+                   "bundled with mxref (torchao, ml_dtypes).")
+@click.option("--strict-xpass", is_flag=True, help="Fail (exit 1) when a known deviation now passes.")
+@click.option("--detect-profile", is_flag=True,
+              help="Compare the backend's native behaviour with every profile's goldens.")
+@click.option("--dump-mismatches", type=click.Path(), metavar="F.arrow|DIR",
+              help="Write failing rows with actual_* columns in the golden schema.")
+@click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(1),
+              help="Worker processes: the selection is split into this many shards, each "
+                   "verified by its own process; one merged report.")
+@click.option("--shard", default=None, metavar="K/N",
+              help="Verify only shard K of N (1-based; the split --jobs uses), e.g. to spread "
+                   "a CI run over N machines.")
+@click.option("--no-progress", is_flag=True, help="No progress bar (also off when not a TTY or CI=true).")
+@click.option("--list-backends", is_flag=True, help="List known backend names and exit.")
+def verify_cmd(backend_spec, device, root, suite, profiles, ops, classes, formats, src_dtypes,
+               levels, max_errors, as_json, json_out, junit_xml, expectations_path, strict_xpass,
+               detect_profile, dump_mismatches, jobs, shard, no_progress, list_backends):
+    """Verify a kernel stack against the golden corpus, bit for bit.
+
+    Exit codes: 0 every selected case bit-exact (expected xfails allowed); 1 mismatches or
+    backend errors (or XPASS with --strict-xpass); 2 usage; 3 golden corpus not found or failing
+    an integrity check; 4 backend
+    unavailable (import failure, no device, or no claimed profile/op to run); 5 nothing selected.
+    """
+    from ..backends import BackendUnavailable, UnknownBackendError, get_backend, list_backends as _lb
+    from ..corpus import CorpusNotFoundError, golden_root
+    from ..golden.store import GoldenIntegrityError
+    from ..verify import (ExpectationsError, SelectionError, detect_profile as _detect,
+                          load_expectations, verify)
+    from ..verify.report import detect_text, dump_mismatches as _dump, junit_xml as _junit, text_report
+
+    if list_backends:
+        names = _lb()
+        click.echo(json.dumps({"backends": names}) if as_json else "\n".join(names))
+        return
+    if not backend_spec:
+        _verify_exit(2, "missing option --backend (see --list-backends)", as_json, "usage")
+    if as_json and json_out == "-":
+        _verify_exit(2, "--json already prints to stdout", as_json, "usage")
+    ops, classes, formats, src_dtypes = (split_values(v) or None
+                                         for v in (ops, classes, formats, src_dtypes))
+    shard_kn = None
+    if shard is not None:
+        k, _, n = shard.partition("/")
+        if not (k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+            _verify_exit(2, f"--shard {shard!r}: expected K/N with 1 <= K <= N, e.g. 2/4",
+                         as_json, "usage")
+        shard_kn = (int(k) - 1, int(n))
+    if jobs > 1:
+        clash = [o for o, on in (("--detect-profile", detect_profile), ("--junit-xml", junit_xml),
+                                 ("--dump-mismatches", dump_mismatches), ("--shard", shard))
+                 if on]
+        if clash:
+            _verify_exit(2, f"--jobs {jobs} cannot be combined with {', '.join(clash)} "
+                            "(run those with --jobs 1)", as_json, "usage")
+    try:
+        root = golden_root(root)
+    except CorpusNotFoundError as e:
+        _verify_exit(3, str(e), as_json, "no-corpus")
+    show = (not no_progress and sys.stderr.isatty() and os.environ.get("CI", "").lower() != "true")
+    try:
+        expectations_path = _expectations_path(expectations_path)
+        expectations = load_expectations(expectations_path) if expectations_path else None
+        backend = get_backend(backend_spec, device=device)
+    except (ExpectationsError, UnknownBackendError) as e:
+        _verify_exit(2, str(e), as_json, "usage")
+    except BackendUnavailable as e:
+        _verify_exit(4, f"backend unavailable: {e}", as_json, "unavailable")
+    bar = click.progressbar(length=1, label=f"verify {backend_spec}", file=sys.stderr, hidden=not show)
+
+    def progress(gf, i, n):
+        bar.length = n
+        bar.update(1)
+    dumps = [] if dump_mismatches else None
+    try:
+        with bar:
+            if detect_profile:
+                d = _detect(backend, root=root, levels=levels, ops=ops, formats=formats,
+                            src_dtypes=src_dtypes, classes=classes,
+                            native=profiles[0] if profiles else None, progress=progress)
+                code = 0 if d["matches"] else 1
+                d["exit_code"] = code
+            elif jobs > 1:
+                from ..verify.parallel import verify_parallel
+                from ..verify.run import check_backend
+                from ..verify.select import plan_files, select_files
+                check_backend(backend)
+                _, sel = select_files(root, levels=levels, ops=ops, profiles=list(profiles) or None,
+                                      formats=formats, src_dtypes=src_dtypes, classes=classes,
+                                      suite=suite)
+                planned, _ = plan_files(backend, sel, ops=ops, profiles=list(profiles) or None,
+                                        name=backend_spec,
+                                        claimed_names=list(getattr(backend, "profiles", ())))
+                bar.length = max(1, len(planned))
+                d = verify_parallel(
+                    {"backend": backend_spec, "device": device, "root": str(root),
+                     "levels": list(levels), "ops": ops, "profiles": list(profiles) or None,
+                     "formats": formats, "src_dtypes": src_dtypes, "classes": classes,
+                     "suite": suite, "max_errors": max_errors,
+                     "expectations_path": expectations_path, "strict_xpass": strict_xpass},
+                    jobs, progress=lambda rel, i, n: bar.update(1),
+                    planned=[f.relpath for f in planned])
+                code = d["exit_code"]
+            else:
+                rep = verify(backend, root=root, levels=levels, ops=ops, profiles=list(profiles) or None,
+                             formats=formats, src_dtypes=src_dtypes, classes=classes, suite=suite,
+                             max_errors=max_errors, expectations=expectations,
+                             strict_xpass=strict_xpass, progress=progress, dump=dumps,
+                             shard=shard_kn)
+                d, code = rep.doc, rep.exit_code
+    except SelectionError as e:
+        _verify_exit(2, str(e), as_json, "usage")
+    except GoldenIntegrityError as e:
+        _verify_exit(3, f"golden integrity: {e}", as_json, "integrity")
+    except BackendUnavailable as e:
+        _verify_exit(4, f"backend unavailable: {e}", as_json, "unavailable")
+    except KeyboardInterrupt:
+        _verify_exit(130, "interrupted", as_json, "interrupted")
+    except MXRefError as e:             # a verify worker died (--jobs)
+        _verify_exit(1, str(e), as_json, "error")
+    if detect_profile:
+        text = detect_text(d)
+    else:
+        text = text_report(d)
+        if junit_xml:
+            Path(junit_xml).write_bytes(_junit(d, rep.cases_by_test))
+        if dumps:
+            d["dumped"] = _dump(root, dumps, Path(dump_mismatches))
+    if json_out:
+        Path(json_out).write_text(json.dumps(d, indent=1) + "\n")
+    click.echo(json.dumps(d, indent=1) if as_json else text)
+    if code == 5:
+        click.echo("nothing selected: no golden case matches the filters", err=True)
+    elif code == 4:
+        click.echo("the backend could run none of the selected cases (all unsupported)", err=True)
+    sys.exit(code)
+
+
+def _expectations_path(given):
+    """A path as given, or the bundled manifest of that name (``torchao`` -> torchao.toml)."""
+    if not given or Path(given).exists():
+        return given
+    from ..corpus import expectations_file
+
+    bundled = expectations_file(given)
+    return str(bundled) if bundled else given
