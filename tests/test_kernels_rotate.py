@@ -501,7 +501,7 @@ def _mutant(name):
         src = src.replace("y = (v * c).to(tl.int32, bitcast=True)",
                           "y = (v * c.to(tl.float64)).to(tl.float32).to(tl.int32, bitcast=True)")
     prev = os.environ.get("TRITON_INTERPRET")
-    deps = ("mxkernels.triton_quant", "mxkernels.triton_fast",
+    deps = ("mxkernels.triton_common", "mxkernels.triton_quant", "mxkernels.triton_fast",
             "mxkernels.triton_sr")                             # what triton_rotate imports
     saved = {d: sys.modules.get(d) for d in deps}
     os.environ["TRITON_INTERPRET"] = "1"

@@ -303,10 +303,12 @@ def _planted_copy(tmp_path, old: str, new: str):
     path = tmp_path / "triton_sr_planted.py"
     path.write_text(text.replace(old, new))
     ks = load_kernels(True)
-    saved = sys.modules.get("mxkernels.triton_quant")
+    deps = ("mxkernels.triton_common", "mxkernels.triton_quant")   # what the module imports
+    saved = {d: sys.modules.get(d) for d in deps}
     prev = os.environ.get("TRITON_INTERPRET")
     os.environ["TRITON_INTERPRET"] = "1"
-    sys.modules["mxkernels.triton_quant"] = ks["triton_quant"]
+    for d in deps:
+        sys.modules[d] = ks[d.rsplit(".", 1)[1]]
     try:
         spec = importlib.util.spec_from_file_location("triton_sr_planted", path)
         mod = importlib.util.module_from_spec(spec)
@@ -314,10 +316,11 @@ def _planted_copy(tmp_path, old: str, new: str):
         spec.loader.exec_module(mod)
     finally:
         sys.modules.pop("triton_sr_planted", None)
-        if saved is None:
-            sys.modules.pop("mxkernels.triton_quant", None)
-        else:
-            sys.modules["mxkernels.triton_quant"] = saved
+        for d, m in saved.items():
+            if m is None:
+                sys.modules.pop(d, None)
+            else:
+                sys.modules[d] = m
         if prev is None:
             os.environ.pop("TRITON_INTERPRET", None)
         else:
