@@ -3,7 +3,7 @@
 # the tracked files, install it with its core dependencies into a fresh venv, and from an empty
 # directory (the repository not on the path) run the CLI, the corpus checks, a verify at level 0
 # and the example kernel repository's tests with the mxref pytest plugin. Any failure: exit != 0.
-#   WHEEL_CHECK_KEEP=DIR  keep the wheel, the venv and the example under DIR (bench/packaging.py)
+#   WHEEL_CHECK_KEEP=DIR  keep the wheel, the venv and the example under DIR (bench/install_cost.py)
 #   PYTHON=python3.X      the interpreter for the venv
 set -euo pipefail
 cd "$(dirname "$0")/.."

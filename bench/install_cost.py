@@ -1,7 +1,7 @@
 """Packaging measurements: wheel size, core install size, `mxref --version` time, pytest start-up
 with and without the mxref plugin, and what the corpus would cost stored otherwise.
 
-    python bench/packaging.py [--reuse DIR] [--out bench/results/packaging]
+    python bench/install_cost.py [--reuse DIR] [--out bench/results/packaging]
 
 Runs scripts/wheel_check.sh with WHEEL_CHECK_KEEP=DIR (unless --reuse DIR names one it left),
 then measures in that venv. Writes OUT.json and OUT.md.
