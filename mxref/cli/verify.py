@@ -10,7 +10,13 @@ from pathlib import Path
 import click
 
 from ..errors import MXRefError
-from .common import split_values
+from .common import (
+    OutputPathError,
+    prepare_output,
+    split_values,
+    stdout_to_stderr,
+    write_atomic,
+)
 
 
 def _verify_exit(code: int, msg: str, as_json: bool, status: str):
@@ -48,8 +54,13 @@ def _verify_exit(code: int, msg: str, as_json: bool, status: str):
               show_default=True)
 @click.option("--max-errors", default=20, show_default=True, type=click.IntRange(0),
               help="Mismatch records listed (0 = all); the counters always cover everything.")
-@click.option("--json", "as_json", is_flag=True, help="Print exactly one JSON document (mxref-verify/1).")
-@click.option("--json-out", type=click.Path(dir_okay=False), help="Also write the JSON report here.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print exactly one JSON document (mxref-verify/1); whatever the backend "
+                   "prints to stdout goes to stderr instead.")
+@click.option("--json-out", type=click.Path(dir_okay=False),
+              help="Also write the JSON report here. Like every output path, it is checked "
+                   "before the run: missing parent directories are created, an unwritable "
+                   "path is refused with exit 2; reports are written atomically.")
 @click.option("--junit-xml", type=click.Path(dir_okay=False),
               help="JUnit XML, one testcase per (golden file, class).")
 @click.option("--expectations", "expectations_path", type=click.Path(dir_okay=False),
@@ -59,7 +70,8 @@ def _verify_exit(code: int, msg: str, as_json: bool, status: str):
 @click.option("--detect-profile", is_flag=True,
               help="Compare the backend's native behaviour with every profile's goldens.")
 @click.option("--dump-mismatches", type=click.Path(), metavar="F.arrow|DIR",
-              help="Write failing rows with actual_* columns in the golden schema.")
+              help="Write failing rows with actual_* columns in the golden schema (F.arrow "
+                   "for one file, else a directory; created before the run if missing).")
 @click.option("-j", "--jobs", default=1, show_default=True, type=click.IntRange(1),
               help="Worker processes: the selection is split into this many shards, each "
                    "verified by its own process; one merged report.")
@@ -77,13 +89,21 @@ def verify_cmd(backend_spec, device, root, suite, profiles, ops, classes, format
     backend errors (or XPASS with --strict-xpass); 2 usage; 3 golden corpus not found or failing
     an integrity check; 4 backend
     unavailable (import failure, no device, or no claimed profile/op to run); 5 nothing selected.
+
+    Output paths (--json-out, --junit-xml, --dump-mismatches) are checked before the run:
+    missing parent directories are created; a path that cannot be written is refused with
+    exit 2 naming it, so a long run never ends in a lost report. A report that still fails to
+    be written at the end exits 2.
     """
-    from ..backends import BackendUnavailable, UnknownBackendError, get_backend, list_backends as _lb
+    from ..backends import BackendUnavailable, UnknownBackendError, get_backend
+    from ..backends import list_backends as _lb
     from ..corpus import CorpusNotFoundError, golden_root
     from ..golden.store import GoldenIntegrityError
-    from ..verify import (ExpectationsError, SelectionError, detect_profile as _detect,
-                          load_expectations, verify)
-    from ..verify.report import detect_text, dump_mismatches as _dump, junit_xml as _junit, text_report
+    from ..verify import ExpectationsError, SelectionError, load_expectations, verify
+    from ..verify import detect_profile as _detect
+    from ..verify.report import detect_text, text_report
+    from ..verify.report import dump_mismatches as _dump
+    from ..verify.report import junit_xml as _junit
 
     if list_backends:
         names = _lb()
@@ -109,6 +129,15 @@ def verify_cmd(backend_spec, device, root, suite, profiles, ops, classes, format
         if clash:
             _verify_exit(2, f"--jobs {jobs} cannot be combined with {', '.join(clash)} "
                             "(run those with --jobs 1)", as_json, "usage")
+    outputs = []
+    try:
+        for opt, path, is_dir in (("--json-out", json_out, False), ("--junit-xml", junit_xml, False),
+                                  ("--dump-mismatches", dump_mismatches,
+                                   not str(dump_mismatches or "").endswith(".arrow"))):
+            if path and not (detect_profile and opt != "--json-out"):
+                outputs.append(prepare_output(path, opt, directory=is_dir))
+    except OutputPathError as e:
+        _verify_exit(2, str(e), as_json, "usage")
     try:
         root = golden_root(root)
     except CorpusNotFoundError as e:
@@ -117,7 +146,8 @@ def verify_cmd(backend_spec, device, root, suite, profiles, ops, classes, format
     try:
         expectations_path = _expectations_path(expectations_path)
         expectations = load_expectations(expectations_path) if expectations_path else None
-        backend = get_backend(backend_spec, device=device)
+        with stdout_to_stderr(as_json):    # a backend's import-time prints stay off --json
+            backend = get_backend(backend_spec, device=device)
     except (ExpectationsError, UnknownBackendError) as e:
         _verify_exit(2, str(e), as_json, "usage")
     except BackendUnavailable as e:
@@ -129,7 +159,7 @@ def verify_cmd(backend_spec, device, root, suite, profiles, ops, classes, format
         bar.update(1)
     dumps = [] if dump_mismatches else None
     try:
-        with bar:
+        with bar, stdout_to_stderr(as_json):    # the backend's prints must not corrupt --json
             if detect_profile:
                 d = _detect(backend, root=root, levels=levels, ops=ops, formats=formats,
                             src_dtypes=src_dtypes, classes=classes,
@@ -174,17 +204,34 @@ def verify_cmd(backend_spec, device, root, suite, profiles, ops, classes, format
         _verify_exit(130, "interrupted", as_json, "interrupted")
     except MXRefError as e:             # a verify worker died (--jobs)
         _verify_exit(1, str(e), as_json, "error")
+    lost = []                           # outputs that failed to be written despite the check
     if detect_profile:
         text = detect_text(d)
     else:
         text = text_report(d)
         if junit_xml:
-            Path(junit_xml).write_bytes(_junit(d, rep.cases_by_test))
+            try:
+                write_atomic(junit_xml, _junit(d, rep.cases_by_test))
+            except OSError as e:
+                lost.append(f"--junit-xml {junit_xml}: {e}")
         if dumps:
-            d["dumped"] = _dump(root, dumps, Path(dump_mismatches))
+            try:
+                d["dumped"] = _dump(root, dumps, Path(dump_mismatches))
+            except OSError as e:
+                lost.append(f"--dump-mismatches {dump_mismatches}: {e}")
+    if lost:
+        d["output_errors"] = lost
     if json_out:
-        Path(json_out).write_text(json.dumps(d, indent=1) + "\n")
+        try:
+            write_atomic(json_out, (json.dumps(d, indent=1) + "\n").encode())
+        except OSError as e:
+            lost.append(f"--json-out {json_out}: {e}")
+            d["output_errors"] = lost
     click.echo(json.dumps(d, indent=1) if as_json else text)
+    if lost:
+        for msg in lost:
+            click.echo(f"error: report not written: {msg}", err=True)
+        sys.exit(2)
     if code == 5:
         click.echo("nothing selected: no golden case matches the filters", err=True)
     elif code == 4:

@@ -76,16 +76,30 @@ class BadOutput(Exception):
 
 
 def as_array(x, what, shape, dtype):
-    """`x` as the numpy array the protocol promises, or BadOutput naming what came back."""
+    """`x` as the numpy array the protocol promises, or BadOutput naming what came back.
+
+    Outputs are data: what is compared is always a fresh base-class ``np.ndarray`` of the
+    declared dtype and shape, copied out of the backend's buffer. An ndarray subclass is read
+    through ``np.ndarray``'s own methods, never its overrides (its ``__eq__``/``__ne__``,
+    ``dtype``, ``shape`` or ``view`` could lie), so it cannot vote on its own comparison. An
+    object array, another dtype or another shape is refused with a reason, never converted."""
     if hasattr(x, "detach") and hasattr(x, "cpu"):  # a torch tensor slipped through: be kind
         x = x.detach().cpu().numpy()
-    if not isinstance(x, np.ndarray):
+    if not issubclass(type(x), np.ndarray):       # type(), not isinstance: __class__ can lie
         raise BadOutput(f"{what}: returned {type(x).__name__}, expected a numpy {np.dtype(dtype)} "
                         f"array of shape {tuple(shape)}")
-    if x.dtype != np.dtype(dtype) or tuple(x.shape) != tuple(shape):
-        raise BadOutput(f"{what}: returned {x.dtype} {tuple(x.shape)}, expected "
+    base = np.ndarray.view(x, np.ndarray)          # the data, without the subclass's methods
+    got_dtype, got_shape = base.dtype, tuple(base.shape)
+    if got_dtype.hasobject:
+        raise BadOutput(f"{what}: returned an array of Python objects ({got_dtype}), expected "
+                        f"numpy {np.dtype(dtype)} data of shape {tuple(shape)}")
+    if got_dtype != np.dtype(dtype) or got_shape != tuple(shape):
+        raise BadOutput(f"{what}: returned {got_dtype} {got_shape}, expected "
                         f"{np.dtype(dtype)} {tuple(shape)}")
-    return x
+    out = np.array(base, dtype=np.dtype(dtype), copy=True, order="C", subok=False)
+    if type(out) is not np.ndarray:                # cannot happen: belt and braces
+        raise BadOutput(f"{what}: could not be read as a plain numpy array")
+    return out
 
 
 def call_backend(res: FileResult, rows: np.ndarray, fn):
