@@ -30,6 +30,15 @@ TREE = "fedcba9876543210fedcba9876543210fedcba98"
 
 
 @pytest.fixture(autouse=True)
+def fake_suites_may_run(monkeypatch):
+    """The fake suites here are neither schema-complete records nor allow-listed commands; the
+    seal is still checked. test_leaderboard_sealed.py tests the whole gate."""
+    from mxref.leaderboard import reproduce as _rp
+    monkeypatch.setattr(_rp, "schema_problems", lambda rec: [])
+    monkeypatch.setattr(_rp, "command_problems", lambda cmd, repo=None: [])
+
+
+@pytest.fixture(autouse=True)
 def clean_build(monkeypatch):
     """A made-up clean commit with a made-up tree. The commit is in no repository, so the
     tree check is replaced by its answer for that pair (test_leaderboard_tree.py checks real
@@ -297,12 +306,12 @@ def test_reproduce(tmp_path):
     res = reproduce(rec, env={"FAKE_MEDIAN": "1.5"})
     assert res["status"] == "not-reproduced"
     with pytest.raises(ReproduceError, match="no record of"):
-        reproduce(dict(rec, entry="another"), env={"FAKE_MEDIAN": "1"})
+        reproduce(seal(dict(rec, entry="another")), env={"FAKE_MEDIAN": "1"})
     with pytest.raises(ReproduceError, match="no --out"):
-        reproduce(dict(rec, command=["true"]))
+        reproduce(seal(dict(rec, command=["true"])))
     with pytest.raises(ReproduceError, match="exited 1"):
-        reproduce(dict(rec, command=[sys.executable, "-c", "import sys; sys.exit(1)",
-                                     "--out", "x"]))
+        reproduce(seal(dict(rec, command=[sys.executable, "-c", "import sys; sys.exit(1)",
+                                          "--out", "x"])))
 
 
 def _record_fake(tmp_path, script):

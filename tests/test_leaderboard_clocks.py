@@ -20,6 +20,14 @@ from mxref.leaderboard.runners import combine_processes, ingest_gpu
 from mxref.leaderboard.schema import schema_problems
 from mxref.leaderboard.submit import store_path
 
+
+@pytest.fixture(autouse=True)
+def fake_suites_may_run(monkeypatch):
+    """The fake re-run here is not an allow-listed command; the seal and schema are still
+    checked. test_leaderboard_sealed.py tests the whole gate."""
+    from mxref.leaderboard import reproduce as _rp
+    monkeypatch.setattr(_rp, "command_problems", lambda cmd, repo=None: [])
+
 EVENTS, THROTTLE = clocks.REASON_FIELDS
 
 

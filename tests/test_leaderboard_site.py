@@ -123,18 +123,18 @@ def test_markdown_tables(site, records):
     fast = _md_row(md, "quantize mxfp4 triton")
     git = records["gpu_fast"]["git"]
     commit = git["commit"][:7] + ("-dirty" if git["dirty"] else "")
-    assert fast[3:] == ["quantize / mxfp4 / ocp", "2.500 ms", "±8.0%", "1,800 GB/s",
+    assert fast[3:] == ["quantize / mxfp4 / ocp", "2.500 ms", "8.0%", "1,800 GB/s",
                         "0.58 of copy", "torch-eager emulation (0.12 of copy)",
                         "pass · 1,000 cases · " + _sha("1000")[:8], commit]
     small = _md_row(md, "dequantize mxfp8 small")
-    assert small[4:9] == ["12.30 us", "±0.0%", "–", "–", "–"]
+    assert small[4:9] == ["12.30 us", "0.0%", "–", "–", "–"]
     cpu = _md_row(md, "quantize mxfp4 numba")
-    assert cpu[4:8] == ["12.30 ms", "±3.3%", "1,397 M elem/s", "0.33 of copy"]
+    assert cpu[4:8] == ["12.30 ms", "3.3%", "1,397 M elem/s", "0.33 of copy"]
     xss = _md_row(md, "gemm mxfp8 &lt;script>alert(1)&lt;/script>")
     assert xss[7] == "1.23 x cuBLAS BF16"
 
     a = _md_row(md, "llama-tiny mxfp4-fdw")
-    assert a[2:13] == ["mxfp4-fdw", "llama-tiny", "1.05M", "420.0 ms ±4.8%", "2,500,000 tokens/s",
+    assert a[2:13] == ["mxfp4-fdw", "llama-tiny", "1.05M", "420.0 ms, range 4.8%", "2,500,000 tokens/s",
                        "0.72 x bf16 speed", "+0.0123", "3.2101", "23.0%", "12.3 GiB",
                        "pass (4 checks)"]
     b = _md_row(md, "llama-tiny mxfp8-f")
@@ -142,6 +142,17 @@ def test_markdown_tables(site, records):
 
     assert "## Rejected records" in md and "records/bad.json" in md
     assert md.index("(`cpu-emulator`)") < md.index("(`gpu-kernels`)") < md.index("(`training`)")
+
+
+def test_the_spread_is_named_a_range_not_a_plus_minus(site):
+    """Issue 27: a full range (max - min) / median was shown as '±x%' (up to ±3121.9%)."""
+    for kind in ("markdown", "html", "csv"):
+        text = site[kind].read_text()
+        assert "±" not in text, kind
+    assert "range (max-min)/median" in site["markdown"].read_text()
+    assert "range (max-min)/median" in site["html"].read_text()
+    with open(site["csv"], newline="") as f:
+        assert "range_over_median" in next(csv.reader(f))
 
 
 def test_csv_one_row_per_record(site, records):
@@ -153,7 +164,7 @@ def test_csv_one_row_per_record(site, records):
     for rec in records.values():
         row = by_sha[rec["record_sha256"]]
         assert float(row["median"]) == rec["metric"]["median"]
-        assert float(row["spread"]) == rec["metric"]["spread"]
+        assert float(row["range_over_median"]) == rec["metric"]["spread"]
         assert row["entry"] == rec["entry"] and row["suite"] == rec["suite"]
         assert row["machine"] == rec["machine"]["slug"]
     fast = by_sha[records["gpu_fast"]["record_sha256"]]

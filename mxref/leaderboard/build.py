@@ -78,8 +78,17 @@ def fmt_count(n: float) -> str:
     return f"{n:,.0f}"
 
 
+# A record's ``metric.spread`` is the full range of its repeats over their median,
+# (max - min) / median. It is shown as that ("8.0%" under a "range (max-min)/median" header),
+# never as a "±" (which reads as a half-width and doubles it); the page, the CSV
+# (range_over_median) and `mxref leaderboard reproduce` all name it so.
+SPREAD_NAME = "range (max-min)/median"
+CSV_SPREAD = "range_over_median"
+
+
 def fmt_spread(x: float) -> str:
-    return f"±{x * 100:.1f}%"
+    """The relative range (max - min) / median of the repeats, in percent: '8.0%'."""
+    return f"{x * 100:.1f}%"
 
 
 def machine_label(m: dict) -> str:
@@ -189,7 +198,7 @@ def _tokens(r):
 
 def _step_time(r):
     text, raw = _median(r)
-    return f"{text} {fmt_spread(r['metric']['spread'])}", raw
+    return f"{text}, range {fmt_spread(r['metric']['spread'])}", raw
 
 
 def _quality(key, fmt):
@@ -213,7 +222,7 @@ KERNEL_COLUMNS = (
     Column("impl", _text("impl")),
     Column("op / format / profile", _op),
     Column("median", _median, numeric=True),
-    Column("spread", _spread, numeric=True),
+    Column(SPREAD_NAME, _spread, numeric=True),
     Column("rate", _rate, numeric=True),
     Column("roofline ratio", _roofline, numeric=True),
     Column("best peer", _peer, numeric=True),
@@ -227,7 +236,7 @@ TRAINING_COLUMNS = (
     Column("recipe", _text("params", "recipe")),
     Column("model", _text("params", "model")),
     Column("tokens", _tokens, numeric=True),
-    Column("step time", _step_time, numeric=True),
+    Column(f"step time, {SPREAD_NAME}", _step_time, numeric=True),
     Column("tokens/s", _rate, numeric=True),
     Column("ratio vs bf16", _roofline, numeric=True),
     Column("dL vs bf16", _quality("dl_vs_bf16", lambda x: f"{x:+.4f}"), numeric=True),
@@ -242,7 +251,7 @@ COLUMNS = {"cpu-emulator": KERNEL_COLUMNS, "gpu-kernels": KERNEL_COLUMNS,
            "training": TRAINING_COLUMNS}
 
 CSV_FIELDS = ("suite", "machine", "accelerator", "entry", "impl", "op", "format", "profile",
-              "group", "metric_name", "unit", "median", "spread", "rate", "rate_unit",
+              "group", "metric_name", "unit", "median", CSV_SPREAD, "rate", "rate_unit",
               "roofline_name", "roofline_ratio", "ratio_label", "verify_kind", "verify_status",
               "verify_sha256", "commit", "dirty", "suite_version", "created", "record_sha256")
 
@@ -254,7 +263,7 @@ def csv_row(r: dict) -> dict:
         "entry": r["entry"], "impl": r["impl"], "op": r["op"], "format": r["format"],
         "profile": r["profile"], "group": r["group"],
         "metric_name": r["metric"]["name"], "unit": r["metric"]["unit"],
-        "median": r["metric"]["median"], "spread": r["metric"]["spread"],
+        "median": r["metric"]["median"], CSV_SPREAD: r["metric"]["spread"],
         "rate": _get(r, "metric", "rate"), "rate_unit": _get(r, "metric", "rate_unit"),
         "roofline_name": _get(r, "roofline", "name"),
         "roofline_ratio": _get(r, "roofline", "ratio"),

@@ -166,7 +166,7 @@ def run_train_cmd(out, model, recipes, tokens, seed, device, seq_len, batch_size
 def submit_cmd(paths, store, allow_dirty, dry_run, as_json):
     """Validate records (schema, hashes, verify status, commit vs files) and accept the good
     ones into STORE. Commits are looked up in the git checkout STORE lives in."""
-    from .submit import accept, check_record, record_files, store_repo
+    from .submit import StorePathError, accept, check_record, record_files, store_repo
     files = record_files(paths)
     if not files:
         _fail("no record files under " + ", ".join(paths))
@@ -174,10 +174,15 @@ def submit_cmd(paths, store, allow_dirty, dry_run, as_json):
     rows, lines = [], []
     for p in files:
         v = check_record(p, allow_dirty=allow_dirty, repo=repo)
+        if v.ok and not dry_run:
+            try:
+                stored = str(accept(v, Path(store)))
+            except StorePathError as e:         # escapes the store or collides: nothing written
+                v.problems.append(str(e))
         row = {"path": str(p), "accepted": v.ok, "problems": v.problems,
                "warnings": v.warnings}
         if v.ok and not dry_run:
-            row["stored"] = str(accept(v, Path(store)))
+            row["stored"] = stored
         rows.append(row)
         lines.append(("ACCEPT " if v.ok else "REJECT ") + str(p) +
                      "".join(f"\n    - {x}" for x in v.problems) +
@@ -294,15 +299,23 @@ def floor_cmd(runs, quantile, out, as_json):
               help="Run-to-run floor file (default: the repository's "
                    "bench/results/leaderboard/run_to_run.json when present).")
 @click.option("--no-floor", is_flag=True, help="Hold records to their recorded spreads only.")
+@click.option("--allow-command", is_flag=True,
+              help="Also run sealed records whose command is not of a known form (mxref ..., "
+                   "python -m mxref[.cli] ..., python/bash bench|scripts/<script>). Unsealed "
+                   "or schema-invalid records are never run.")
 @click.option("--quiet", "-q", is_flag=True, help="No progress on stderr.")
 @click.option("--json", "as_json", is_flag=True)
-def reproduce_cmd(paths, slack, only_needed, timeout, keep, floors, no_floor, quiet, as_json):
+def reproduce_cmd(paths, slack, only_needed, timeout, keep, floors, no_floor, allow_command,
+                  quiet, as_json):
     """Re-run the recorded commands of the records in PATHS (files or directories), each
     distinct command once, and check every record's new median is within its recorded spread
     (or the measured run-to-run floor of its suite and machine, when that is larger).
 
+    Only sealed, schema-valid records run, and only commands of known forms unless
+    --allow-command; never through a shell.
+
     Exit 0 every record reproduced, 1 some did not, 4 some could not be compared (a command
-    failed or wrote no matching record), 2 bad input (nothing was run)."""
+    failed or wrote no matching record), 2 bad input or a refused record (nothing was run)."""
     from .floor import FILE_NAME, FloorError, load
     from .record import REPO
     from .reproduce import ReproduceError, exit_code, reproduce_records
@@ -321,7 +334,8 @@ def reproduce_cmd(paths, slack, only_needed, timeout, keep, floors, no_floor, qu
 
     try:
         rows, runs = reproduce_records(
-            paths, only_needed=only_needed, slack=slack, timeout=timeout, keep=keep,
+            paths, only_needed=only_needed, allow_command=allow_command, slack=slack,
+            timeout=timeout, keep=keep,
             progress=None if quiet else say, echo=None if quiet else echo, floors=fl)
     except ReproduceError as e:
         _fail(str(e), 2)
@@ -345,7 +359,7 @@ def reproduce_table(rows) -> str:
     where both have them."""
     width = max([len(r["entry"]) for r in rows] + [5])
     head = (f"{'entry':<{width}}  {'recorded':>12}  {'new':>12}  {'diff':>8}  {'tol':>7}  "
-            f"{'new spr':>7}  {'range':>5}  status")
+            f"{'new rng':>7}  {'range':>5}  status")
     lines = [head, "-" * len(head)]
     for r in rows:
         if r["status"] == "error":
@@ -360,4 +374,7 @@ def reproduce_table(rows) -> str:
                      f"{'in' if r['within_range'] else 'out':>5}  {r['status']}")
         if r.get("clocks"):
             lines.append(f"{'':<{width}}  clocks under load: {r['clocks']['note']}")
+    lines.append("(a range is (max - min) / median of the repeats; tol = max(recorded range, "
+                 "floor) x slack; new rng = the re-run's range; range in/out: the new median "
+                 "within the recorded [min, max] widened by new rng)")
     return "\n".join(lines)

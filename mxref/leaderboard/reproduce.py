@@ -26,6 +26,12 @@ lies in [min, max] of the recorded repeats widened by the re-run's spread,
 and the re-run carry ``metric.clocks_under_load``, the SM clock, power and clock-event reasons of
 each (``clocks``, `clocks.compare`), so a shift can be read against a clock change.
 
+What runs (`admit`, before anything runs): only records whose ``record_sha256`` seal and
+schema check out, and only commands of known forms (`command_problems`: ``mxref ...``,
+``python -m mxref[.cli] ...``, ``python``/``bash`` with a script under bench/ or scripts/ of the
+repo); any other command of a sealed record only with ``allow_command`` (``--allow-command``).
+Commands run as argv lists, never through a shell.
+
 Reproduce compares medians; it does not submit. The re-run's commit, dirty flag and tree are
 reported (``new_git``) but checked against nothing: on a device the checkout's ``.git`` can be
 stale or absent, and that must not decide whether a number reproduces.
@@ -36,9 +42,11 @@ import collections
 import json
 import math
 import os
+import re
 import shlex
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -47,8 +55,9 @@ from pathlib import Path
 
 from ..errors import MXRefError
 from . import clocks
-from .record import REPO
-from .submit import record_files
+from .record import REPO, record_hash
+from .schema import SCHEMA, schema_problems
+from .submit import StorePathError, inside, record_files
 
 OUT_PLACEHOLDER = "{OUT}"
 CLI = ["-m", "mxref.cli"]
@@ -58,6 +67,86 @@ TAIL_LINES = 40
 class ReproduceError(MXRefError):
     """A record cannot be reproduced: it is unreadable, its command has no --out, or (from
     `reproduce`) its command failed or produced no matching record."""
+
+
+class UntrustedCommandError(ReproduceError):
+    """A record whose command will not be run: its seal (``record_sha256``) or schema does not
+    check out, or its argv is not of a known form (`command_problems`) and ``--allow-command``
+    was not given. Raised before anything runs."""
+
+
+# ---- what may run -----------------------------------------------------------------------------
+PYTHON = re.compile(r"^python(3(\.\d+)?)?$")
+MODULES = ("mxref", "mxref.cli")
+SCRIPT_DIRS = {"python": ("bench", "scripts"), "bash": ("bench", "scripts")}
+SCRIPT_SUFFIX = {"python": ".py", "bash": ".sh"}
+
+
+def _script_problem(path: str, kind: str, repo) -> str | None:
+    try:
+        p = inside(repo, path)
+    except StorePathError as e:
+        return str(e)
+    dirs = SCRIPT_DIRS[kind]
+    if not path.split("/")[0] in dirs or not any(
+            p.is_relative_to(Path(repo).resolve() / d) for d in dirs):
+        return f"{path!r} is not a script under {' or '.join(d + '/' for d in dirs)} of the repo"
+    if not path.endswith(SCRIPT_SUFFIX[kind]) or not p.is_file():
+        return f"{path!r} is not a {SCRIPT_SUFFIX[kind]} file of the repo"
+    return None
+
+
+def command_problems(cmd, repo=REPO) -> list[str]:
+    """Why `cmd` is not of a known form (empty when it is): ``mxref ...``, ``python -m mxref
+    ...``, ``python -m mxref.cli ...``, ``python bench/X.py`` / ``python scripts/X.py`` or
+    ``bash bench/X.sh`` / ``bash scripts/X.sh`` (a relative path inside the repo). ``python``
+    is python, python3 or python3.N by name, or this interpreter (sys.executable); no shell
+    (``sh -c``, ``bash -c``), no absolute program path, no ``python -c``."""
+    if not isinstance(cmd, list) or not cmd or not all(isinstance(a, str) for a in cmd):
+        return [f"the command is not a non-empty list of strings: {cmd!r}"]
+    prog = cmd[0]
+    if prog == "mxref":
+        return []
+    if PYTHON.match(prog) or prog == sys.executable:
+        if len(cmd) >= 3 and cmd[1] == "-m":
+            if cmd[2] in MODULES:
+                return []
+            return [f"python -m {cmd[2]!r}: only -m {' / -m '.join(MODULES)} may run"]
+        if len(cmd) >= 2:
+            why = _script_problem(cmd[1], "python", repo)
+            return [why] if why else []
+        return ["a bare python"]
+    if prog == "bash":
+        if len(cmd) >= 2:
+            why = _script_problem(cmd[1], "bash", repo)
+            return [why] if why else []
+        return ["a bare bash"]
+    return [f"program {prog!r} is not mxref, python or bash (by name)"]
+
+
+def admit(path, rec, *, allow_command: bool = False) -> None:
+    """UntrustedCommandError (naming the record and the reason) unless `rec` is sealed, valid
+    under the schema, and its command of a known form or `allow_command` is given. The seal
+    and the schema are checked with or without `allow_command`."""
+    where = path or (rec.get("entry") if isinstance(rec, dict) else None) or "a record"
+    if not isinstance(rec, dict) or rec.get("schema") != SCHEMA:
+        raise UntrustedCommandError(f"{where}: not a {SCHEMA} record; its command is not run")
+    got = rec.get("record_sha256")
+    if not isinstance(got, str) or record_hash(rec) != got:
+        raise UntrustedCommandError(
+            f"{where}: record_sha256 {str(got)[:12]}... does not match the content (unsealed "
+            "or edited after sealing); its command is not run")
+    probs = schema_problems(rec)
+    if probs:
+        raise UntrustedCommandError(f"{where}: fails the record schema ({probs[0]}"
+                                    f"{f'; +{len(probs) - 1} more' if len(probs) > 1 else ''}"
+                                    "); its command is not run")
+    if not allow_command:
+        probs = command_problems(rec["command"])
+        if probs:
+            raise UntrustedCommandError(
+                f"{where}: refused to run {shlex.join(rec['command'])!r}: {probs[0]} "
+                "(pass --allow-command to run a sealed record's other command)")
 
 
 # ---- the command ------------------------------------------------------------------------------
@@ -163,10 +252,14 @@ class Run:
     members: list[tuple[Path | None, dict]] = field(default_factory=list)
 
 
-def plan(items, *, only_needed: bool = False) -> list[Run]:
+def plan(items, *, only_needed: bool = False, allow_command: bool = False) -> list[Run]:
     """Group (path, record) pairs by command, ``--out`` aside; raises ReproduceError (before
-    anything runs) for a command without ``--out``."""
+    anything runs) for a command without ``--out``, UntrustedCommandError for a record that
+    `admit` refuses."""
     runs: dict[tuple, Run] = {}
+    items = list(items)
+    for path, rec in items:
+        admit(path, rec, allow_command=allow_command)
     for path, rec in items:
         cmd, notes = repaired(rec["command"])
         try:
@@ -186,11 +279,13 @@ def plan(items, *, only_needed: bool = False) -> list[Run]:
 def run_command(argv, *, cwd, env, timeout, echo=None) -> tuple[int | None, list[str]]:
     """Run `argv` (stdout and stderr merged), passing each line to `echo` as it comes; kill its
     process group after `timeout` seconds. Returns (exit code, None on timeout) and the last
-    TAIL_LINES lines."""
+    TAIL_LINES lines. Never through a shell: `argv` is a list of strings, run as given."""
+    if not isinstance(argv, list) or not argv or not all(isinstance(a, str) for a in argv):
+        raise ReproduceError(f"refused to run {argv!r}: not a non-empty list of strings")
     try:
         proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
-                                errors="replace", start_new_session=True)
+                                errors="replace", start_new_session=True, shell=False)
     except OSError as e:
         raise ReproduceError(f"cannot run {argv[0]!r}: {e}") from None
     fired = threading.Event()
@@ -325,20 +420,22 @@ def execute(runs: list[Run], *, slack: float = 1.0, timeout: float = 3600, cwd=N
     return rows, summaries
 
 
-def reproduce_records(paths, *, only_needed: bool = False, **kw) -> tuple[list[dict],
-                                                                          list[dict]]:
-    """Load the records named by `paths`, plan and execute (`execute`'s keywords)."""
+def reproduce_records(paths, *, only_needed: bool = False, allow_command: bool = False,
+                      **kw) -> tuple[list[dict], list[dict]]:
+    """Load the records named by `paths`, plan and execute (`execute`'s keywords). Every record
+    must pass `admit` (seal, schema, a known command unless `allow_command`) before anything
+    runs."""
     items = load_records(paths)
     if not items:
         raise ReproduceError("no record files under " + ", ".join(map(str, paths)))
-    return execute(plan(items, only_needed=only_needed), **kw)
+    return execute(plan(items, only_needed=only_needed, allow_command=allow_command), **kw)
 
 
 def reproduce(record: dict, *, slack: float = 1.0, timeout: float = 3600, cwd=None,
-              env=None) -> dict:
+              env=None, allow_command: bool = False) -> dict:
     """One record: its row, or ReproduceError where the row would be an error."""
-    (row,), (run,) = execute(plan([(None, record)]), slack=slack, timeout=timeout, cwd=cwd,
-                             env=env)
+    (row,), (run,) = execute(plan([(None, record)], allow_command=allow_command), slack=slack,
+                             timeout=timeout, cwd=cwd, env=env)
     if row["status"] == "error":
         raise ReproduceError(run["error"] or row["reason"])
     row["command"] = shlex.join(run["command"])

@@ -23,6 +23,10 @@ Checks (each failure is one reason in the rejection):
    tree is not compared (the dirty rule speaks for it). A record without a tree is rejected by
    the schema (``git.tree`` is required since 2026-11-22; the records made before trees were
    recorded were re-measured).
+7. every path read or written stays inside the store (`inside`: relative, no ``..``, not
+   absolute, no symlink out; ``verify.report`` included), and `accept` refuses a record that
+   would overwrite another entry's file or collide with one in letter case (`collision`),
+   writing nothing (StorePathError).
 
 These checks catch edits, missing or foreign evidence and inconsistent numbers. They cannot stop a
 forger who re-runs the hashing by hand; `mxref leaderboard reproduce` re-runs the recorded command,
@@ -35,14 +39,56 @@ import math
 import shutil
 import statistics
 from dataclasses import dataclass, field
-from pathlib import Path
+from pathlib import Path, PurePosixPath, PureWindowsPath
 
-from .record import (REPO, file_sha256, git_output, golden_state, medians_of_blocks,
-                     record_hash, slug)
+from ..errors import MXRefError
+from .record import (
+    REPO,
+    file_sha256,
+    git_output,
+    golden_state,
+    medians_of_blocks,
+    record_hash,
+    slug,
+)
 from .schema import SCHEMA, schema_problems
 
 VERIFY_SCHEMA = "mxref-verify/1"
 REL = 1e-9
+
+
+class StorePathError(MXRefError):
+    """A path a record names (its evidence report, or where it would be stored) escapes the
+    store (absolute, ``..``, a symlink out) or collides with another record's file."""
+
+
+def unsafe_rel(rel) -> str | None:
+    """Why `rel` is not a plain relative path (None when it is): not a non-empty string,
+    absolute (POSIX or Windows), a drive, a backslash, or a ``..`` part."""
+    if not isinstance(rel, str) or not rel.strip():
+        return f"{rel!r} is not a non-empty relative path"
+    if "\\" in rel or "\0" in rel:
+        return f"{rel!r} holds a backslash or NUL"
+    if PurePosixPath(rel).is_absolute() or PureWindowsPath(rel).is_absolute() or \
+            PureWindowsPath(rel).drive:
+        return f"{rel!r} is an absolute path"
+    if ".." in rel.split("/"):
+        return f"{rel!r} climbs out with '..'"
+    return None
+
+
+def inside(base, rel) -> Path:
+    """`base`/`rel` resolved, refused (StorePathError naming the path) unless `rel` is a plain
+    relative path (`unsafe_rel`) and the result, symlinks followed, lies inside `base`."""
+    why = unsafe_rel(rel)
+    if why:
+        raise StorePathError(f"refused path {rel!r} under {base}: {why}")
+    root = Path(base).resolve()
+    p = (root / rel).resolve()
+    if not p.is_relative_to(root):
+        raise StorePathError(f"refused path {rel!r}: it resolves to {p}, outside {root} "
+                             "(a symlink out?)")
+    return p
 
 
 @dataclass
@@ -128,7 +174,7 @@ def _find_evidence(record_path: Path, rel: str, roots=()) -> Path | None:
     for base in list(roots) + list(record_path.resolve().parents):
         p = Path(base) / rel
         if p.is_file():
-            return p
+            return inside(base, rel)        # StorePathError where it resolves out of `base`
     return None
 
 
@@ -148,7 +194,13 @@ def _covers(report: dict, rec: dict) -> tuple[int, list[str]]:
 
 def evidence_problems(rec: dict, path: Path, roots=()) -> tuple[list[str], Path | None]:
     v = rec["verify"]
-    p = _find_evidence(path, v["report"], roots)
+    why = unsafe_rel(v["report"])
+    if why:
+        return [f"verify.report {why}: evidence must lie inside the record store"], None
+    try:
+        p = _find_evidence(path, v["report"], roots)
+    except StorePathError as e:
+        return [f"verify.report: {e}"], None
     if p is None:
         return [f"verify evidence {v['report']} not found beside the record"], None
     got = file_sha256(p)
@@ -275,23 +327,58 @@ def check_record(path, *, roots=(), current_golden=True, allow_dirty=False,
 
 
 def store_path(store: Path, rec: dict) -> Path:
-    return (Path(store) / "records" / rec["suite"] / rec["machine"]["slug"] /
-            f"{slug(rec['entry'])}.json")
+    """Where `rec` is stored, inside `store` (StorePathError where a name would escape it)."""
+    rel = f"records/{rec['suite']}/{rec['machine']['slug']}/{slug(rec['entry'])}.json"
+    inside(store, rel)
+    return Path(store) / rel
+
+
+def collision(store: Path, dest: Path, rec: dict) -> str | None:
+    """Why writing `rec` to `dest` would lose another record (None when it would not): a file
+    whose path differs from `dest`'s only in letter case, or a record already at `dest` of
+    another entry (entries that slug alike, e.g. differing only in case)."""
+    root = Path(store).resolve()
+    want = dest.resolve().relative_to(root).as_posix()
+    base = root / "records"
+    if base.is_dir():
+        for q in base.rglob("*"):
+            rel = q.relative_to(root).as_posix()
+            if rel != want and rel.lower() == want.lower():
+                return f"{dest} collides case-insensitively with the stored {q}"
+    if dest.is_file():
+        try:
+            old = json.loads(dest.read_text())
+        except (OSError, ValueError):
+            return f"{dest} already holds a file that is not a readable record"
+        if not isinstance(old, dict) or old.get("entry") != rec["entry"] or \
+                old.get("suite") != rec["suite"]:
+            got = old.get("entry") if isinstance(old, dict) else None
+            return (f"{dest} already holds the record of entry {got!r}; {rec['entry']!r} "
+                    "would overwrite it (entries that differ only in case or punctuation "
+                    "share a file)")
+    return None
 
 
 def accept(v: Verdict, store: Path) -> Path:
-    """Copy an accepted record and its evidence into the store; returns the record's new path."""
+    """Copy an accepted record and its evidence into the store; returns the record's new path.
+    StorePathError, with nothing written, where the evidence or the record would land outside
+    the store or the record would overwrite another entry's."""
     assert v.ok and v.record is not None and v.evidence is not None
     store = Path(store)
-    ev = store / v.record["verify"]["report"]
+    ev = inside(store, v.record["verify"]["report"])
+    dest = store_path(store, v.record)
+    why = collision(store, dest, v.record)
+    if why:
+        raise StorePathError(f"refused to store {v.path}: {why}")
     if not ev.exists() or file_sha256(ev) != v.record["verify"]["sha256"]:
         ev.parent.mkdir(parents=True, exist_ok=True)
         tmp = ev.with_suffix(ev.suffix + ".tmp")
+        tmp.unlink(missing_ok=True)             # never write through a planted link
         shutil.copyfile(v.evidence, tmp)
         tmp.replace(ev)
-    dest = store_path(store, v.record)
     dest.parent.mkdir(parents=True, exist_ok=True)
     tmp = dest.with_suffix(".json.tmp")
+    tmp.unlink(missing_ok=True)
     tmp.write_text(json.dumps(v.record, indent=1, sort_keys=True) + "\n")
     tmp.replace(dest)
     return dest
