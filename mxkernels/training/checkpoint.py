@@ -11,14 +11,17 @@ Layout under ``RUN/checkpoints/``::
 
 A checkpoint is written into ``step_X.tmp`` and renamed into place, then ``latest.json`` is
 replaced atomically: a kill -9 at any moment leaves the previous checkpoint intact and
-``latest.json`` pointing at a complete one. The data position is the step itself (the batch
-order is a pure function of the step, see ``data.py``).
+``latest.json`` pointing at a complete one. If ``latest.json`` itself is gone, the resume
+takes the newest intact ``step_*`` (see :func:`find_resume_checkpoint`) and says so on stderr;
+it never restarts from step 0 while checkpoint directories exist. The data position is the
+step itself (the batch order is a pure function of the step, see ``data.py``).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 import os
+import pickle  # only for its UnpicklingError: torch.load(weights_only=True) raises it
 import shutil
 from pathlib import Path
 
@@ -92,6 +95,86 @@ def latest_checkpoint(root: Path) -> Path | None:
     return path
 
 
+def _step_dirs(root: Path) -> list[Path]:
+    """Completed checkpoint directories ``step_NNNNNNNN`` under ``root``, newest first
+    (``.tmp`` directories are writes a kill interrupted: never candidates)."""
+    out = []
+    for p in root.glob("step_*") if root.is_dir() else []:
+        digits = p.name[len("step_"):]
+        if p.is_dir() and digits.isdigit():
+            out.append((int(digits), p))
+    return [p for _, p in sorted(out, reverse=True)]
+
+
+def verify_checkpoint(path: Path, fingerprint: str | None = None) -> dict:
+    """Check a checkpoint without touching any model: state.json, the SHA-256 of every file,
+    the step in state.json against the directory name, the fingerprint, and that every file
+    loads (safetensors; ``torch.load(weights_only=True)``). Returns state.json or raises
+    CheckpointError."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file
+
+    try:
+        meta = read_checkpoint_state(path, None)
+    except (KeyError, TypeError, AttributeError) as e:   # state.json of the wrong shape
+        raise CheckpointError(f"checkpoint {path}: state.json is malformed ({e!r})") from None
+    digits = path.name[len("step_"):]
+    if digits.isdigit() and meta.get("step") != int(digits):
+        raise CheckpointError(f"checkpoint {path}: state.json says step {meta.get('step')!r}, "
+                              f"the directory says {int(digits)}")
+    try:
+        load_file(str(path / "model.safetensors"))
+        torch.load(path / "optimizer.pt", weights_only=True, map_location="cpu")
+        torch.load(path / "rng.pt", weights_only=True, map_location="cpu")
+    except (SafetensorError, RuntimeError, OSError, ValueError, EOFError,
+            pickle.UnpicklingError) as e:
+        raise CheckpointError(f"checkpoint {path}: cannot load ({e})") from None
+    if fingerprint is not None:
+        read_checkpoint_state(path, fingerprint)   # intact but another configuration: refuse
+    return meta
+
+
+def find_resume_checkpoint(root: Path, fingerprint: str | None,
+                           run_dir: Path | None = None) -> tuple[Path | None, list[str]]:
+    """The checkpoint a resume continues from, and notes to print on stderr.
+
+    With ``latest.json``: the checkpoint it names (its problems raise, as before).
+    Without it (deleted, or lost with its directory): the newest ``step_*`` directory that
+    passes :func:`verify_checkpoint`; a newer one that fails its integrity checks is skipped
+    and named in the notes (fall back). A checkpoint of another configuration is refused, not
+    skipped. Checkpoint directories exist but none is intact: CheckpointError naming the run
+    directory. No checkpoint directory at all: ``(None, notes)`` - the run starts at step 0.
+    """
+    pointer = root / "latest.json"
+    if pointer.exists():
+        return latest_checkpoint(root), []
+    run_dir = run_dir if run_dir is not None else root.parent
+    candidates = _step_dirs(root)
+    if not candidates:
+        note = f"{pointer} is missing and {root} holds no checkpoint: starting {run_dir} "
+        return None, [note + "from step 0"]
+    notes, skipped = [], []
+    for path in candidates:
+        try:
+            meta = verify_checkpoint(path, None)
+        except CheckpointError as e:
+            skipped.append(f"{path.name}: {e}")
+            notes.append(f"skipping checkpoint {path}: not intact ({e})")
+            continue
+        if fingerprint is not None:
+            read_checkpoint_state(path, fingerprint)   # another configuration: refuse, not skip
+        notes.append(f"{pointer} is missing: resuming from step {meta['step']} ({path}), the "
+                     f"newest intact checkpoint (hashes and torch.load(weights_only=True) "
+                     f"checked" + (f"; {len(skipped)} newer one(s) skipped as not intact)"
+                                   if skipped else ")"))
+        return path, notes
+    raise CheckpointError(
+        f"run directory {run_dir}: {pointer} is missing and no intact checkpoint remains "
+        f"to resume from; refusing to restart from step 0 over it. Checked, newest first: "
+        + "; ".join(skipped) + ". Move the run directory aside (or restore latest.json and "
+        "a checkpoint) and rerun.")
+
+
 def read_checkpoint_state(path: Path, fingerprint: str | None = None) -> dict:
     """state.json of a checkpoint, after checking every file's hash and the config fingerprint."""
     try:
@@ -124,7 +207,8 @@ def load_checkpoint(path: Path, model, optimizer, fingerprint: str | None, devic
         weights = load_file(str(path / "model.safetensors"))
         opt_state = torch.load(path / "optimizer.pt", weights_only=True, map_location="cpu")
         rng = torch.load(path / "rng.pt", weights_only=True, map_location="cpu")
-    except (SafetensorError, RuntimeError, OSError, ValueError) as e:
+    except (SafetensorError, RuntimeError, OSError, ValueError, EOFError,
+            pickle.UnpicklingError) as e:
         raise CheckpointError(f"checkpoint {path}: cannot load ({e})") from None
     own = model.state_dict()
     if set(weights) != set(own) or any(weights[k].shape != own[k].shape for k in own):

@@ -4,7 +4,9 @@
 
 1. :func:`prepare_run_dir` — refuse a directory that is not a resumable run of the same config.
 2. :func:`build` — corpus, sampler, model (random init from the seed), recipe swap, optimizer.
-3. resume from ``checkpoints/latest.json`` if present (weights, optimizer, RNG; data = step).
+3. resume from ``checkpoints/latest.json`` if present (weights, optimizer, RNG; data = step);
+   without it, from the newest intact ``step_*`` (said on stderr), or refuse - never step 0
+   while checkpoints exist.
 4. the loop: lr schedule, batch, (arm one layer for validation), forward, backward, check,
    clip, step, log line, eval, checkpoint.
 5. ``summary.json``.
@@ -413,7 +415,10 @@ def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo
     ck_root = out / "checkpoints"
     start = 0
     if mode == "resume":
-        last = ckpt.latest_checkpoint(ck_root)
+        last, notes = ckpt.find_resume_checkpoint(ck_root, fp, out)
+        if dist.is_main:
+            for note in notes:
+                print(f"mxref train: {note}", file=sys.stderr, flush=True)
         if last is not None:
             meta = ckpt.load_checkpoint(last, b.raw_model, b.optimizer, fp, device)
             start = int(meta["step"])
