@@ -307,7 +307,7 @@ _SR_DROP = ("ROUNDING",)
 
 def _sr_base_profile(profile):
     """The profile with stochastic rounding (a non-stochastic profile is turned into its SR
-    variant, as mxref.golden.suites_ext.sr_profile does)."""
+    variant, as mxref.profiles.sr_profile does)."""
     pr = get_profile(profile)
     if pr.rounding != "stochastic":
         pr = pr.replace(name=f"{pr.name}+sr", rounding="stochastic")
@@ -488,7 +488,7 @@ def quantize_sr(x: torch.Tensor, fmt: str, profile="ocp", axis: int = -1, *, rbi
     """MX quantization with stochastic rounding along ``axis``: (scales uint8, codes uint8).
 
     ``profile``: a profile name or Profile; a non-stochastic one is used with its rounding
-    replaced by ``stochastic`` (``mxref.golden.suites_ext.sr_profile``), so the default is
+    replaced by ``stochastic`` (``mxref.profiles.sr_profile``), so the default is
     ``ocp+sr``. Exactly one of ``rbits`` (uint32 words as a torch.uint32/int32 tensor of x's
     shape, on x's device) or ``seed`` (the Philox stream of mxref.quantize.random_bits, element
     i of x in C order taking word offset + i) must be given. Equal bit for bit to
@@ -542,7 +542,7 @@ def quantize_nvfp4_sr(x: torch.Tensor, profile="ocp", *, rbits=None, seed: int |
     tensor_scale float32 [T]: dequant = e2m1 * e4m3 * tensor_scale).
 
     ``profile``: an NVFP4 profile (``ocp``, ``te_nvfp4``, ``torchao_nvfp4`` or a Profile) whose
-    rounding is replaced by ``stochastic`` (mxref.golden.suites_ext.sr_profile). Exactly one
+    rounding is replaced by ``stochastic`` (mxref.profiles.sr_profile). Exactly one
     of ``rbits`` (uint32 words as a torch.uint32/int32 tensor of x's shape, on x's device) or
     ``seed``: element i of x in C order (the whole batch) takes Philox word offset + i, so
     tensor t equals ``mxref.quantize(x[t], "nvfp4", sr_profile(profile), seed=seed,
