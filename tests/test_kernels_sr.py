@@ -10,9 +10,6 @@ that wrap 2^32. A planted bug (`>` for `>=` in the SR compare) is shown to be ca
 """
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
 from fractions import Fraction
 from pathlib import Path
 
@@ -25,6 +22,7 @@ pytest.importorskip("triton")
 import mxref  # noqa: E402
 from mxref.backends.base import Backend  # noqa: E402
 from mxkernels.loader import load_kernels  # noqa: E402
+from test_kernels_fast import _exec_interpreted  # noqa: E402
 from mxref.formats import FORMATS  # noqa: E402
 from mxref.golden.suites.sr import _sr_fraction, sr_profile  # noqa: E402
 from mxref.quantize import random_bits as ref_random_bits  # noqa: E402
@@ -304,29 +302,7 @@ def _planted_copy(tmp_path, old: str, new: str):
     path.write_text(text.replace(old, new))
     ks = load_kernels(True)
     deps = ("mxkernels.triton_common", "mxkernels.triton_quant")   # what the module imports
-    saved = {d: sys.modules.get(d) for d in deps}
-    prev = os.environ.get("TRITON_INTERPRET")
-    os.environ["TRITON_INTERPRET"] = "1"
-    for d in deps:
-        sys.modules[d] = ks[d.rsplit(".", 1)[1]]
-    try:
-        spec = importlib.util.spec_from_file_location("triton_sr_planted", path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules["triton_sr_planted"] = mod
-        spec.loader.exec_module(mod)
-    finally:
-        sys.modules.pop("triton_sr_planted", None)
-        for d, m in saved.items():
-            if m is None:
-                sys.modules.pop(d, None)
-            else:
-                sys.modules[d] = m
-        if prev is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = prev
-    assert type(mod.mx_quantize_sr_kernel).__name__ == "InterpretedFunction"
-    return mod
+    return _exec_interpreted(path, {d: ks[d.rsplit(".", 1)[1]] for d in deps})
 
 
 def test_planted_strict_compare_is_caught(tmp_path):
