@@ -50,6 +50,12 @@ def pytest_addoption(parser):
                 help="only golden files whose relpath matches one of these globs (comma separated)")
     g.addoption("--mxref-golden", default=None, help="golden corpus directory")
     g.addoption("--mxref-expectations", default=None, help="TOML manifest of known deviations")
+    g.addoption("--mxref-timeout", default=600.0, type=float, metavar="SECONDS",
+                help="per backend call, as verify's --timeout (0 = no limit)")
+    g.addoption("--mxref-in-process", action="store_true", default=False,
+                help="run the backend inside pytest's process (debugging), as verify's "
+                     "--in-process; by default it runs in a worker process, so an exit, crash "
+                     "or hang in the backend fails its cases instead of ending the session")
 
 
 def pytest_configure(config):
@@ -94,7 +100,12 @@ class _Session:
             self.root = Path(self.golden) if self.golden else default_golden_root()
             self.expectations = load_expectations(opt("--mxref-expectations")) \
                 if opt("--mxref-expectations") else None
-            self.backend = get_backend(self.backend_spec, device=self.device)
+            if opt("--mxref-in-process"):
+                self.backend = get_backend(self.backend_spec, device=self.device)
+            else:
+                from .verify.isolate import IsolatedBackend
+                self.backend = IsolatedBackend(self.backend_spec, self.device,
+                                               timeout=opt("--mxref-timeout"))
             check_backend(self.backend)
             _, files = select_files(self.root, levels=self.levels, ops=self.ops,
                                     profiles=self.profiles, formats=self.formats,

@@ -141,3 +141,18 @@ def test_failure_of_a_profile_free_op_has_no_detect_command(pytester):
     assert r.ret == 1 and "reproduce:     mxref verify -b mxref.backends.planted:SwappedNibbles" \
         " --level 0 --ops pack -f mxfp4" in out
     assert "--detect-profile" not in out and "do not depend on a profile" in out
+
+
+# ---- isolation: a backend that ends its process fails its cases, never the session's verdict --
+def test_backend_that_exits_fails_its_cases(pytester):
+    """Planted: os._exit(0) inside quantize_mx. In pytest's own process it would end the session
+    with status 0 (--mxref-in-process, run in a subprocess to survive it); isolated (the
+    default), each case fails with the worker's exit named."""
+    sel = ["--pyargs", "mxref.conformance", "--mxref-backend=mxref.backends.faulty:OsExitZero",
+           "--mxref-level=0", "--mxref-ops=quantize_mx", "--mxref-format=mxfp4",
+           "--mxref-src-dtype=float32", "--mxref-classes=E2,E3", "-p", "no:cacheprovider"]
+    r = pytester.runpytest(*sel)
+    assert r.ret == 1 and r.parseoutcomes()["failed"] == 2, r.stdout.str()[-2000:]
+    assert "exited with status 0" in r.stdout.str()
+    r = pytester.runpytest_subprocess(*sel, "--mxref-in-process")
+    assert r.ret == 0      # the false pass that isolation prevents

@@ -31,8 +31,8 @@ def _verify_exit(code: int, msg: str, as_json: bool, status: str):
 @click.command("verify")
 @click.option("-b", "--backend", "backend_spec", metavar="B",
               help="numba, torch, triton, rocm, ml_dtypes, torchao[-rceil|-ceil|-even], "
-                   "transformer_engine, an entry point of group mxref.backends, or "
-                   "package.module:object.")
+                   "transformer_engine, gfloat, fouroversix, nv-host[-rceil], an entry point "
+                   "of group mxref.backends, or package.module:object.")
 @click.option("--device", default=None, help="Device for backends that take one (torch: cuda, cuda:1, ...).")
 @click.option("--golden", "root", type=click.Path(file_okay=False), default=None,
               help="Golden corpus directory (default: $MXREF_GOLDEN, else the corpus installed "
@@ -65,7 +65,7 @@ def _verify_exit(code: int, msg: str, as_json: bool, status: str):
               help="JUnit XML, one testcase per (golden file, class).")
 @click.option("--expectations", "expectations_path", type=click.Path(dir_okay=False),
               help="TOML manifest of known deviations (reported as XFAIL), or the name of one "
-                   "bundled with mxref (torchao, ml_dtypes).")
+                   "bundled with mxref (torchao, ml_dtypes, gfloat, fouroversix, nv_host).")
 @click.option("--strict-xpass", is_flag=True, help="Fail (exit 1) when a known deviation now passes.")
 @click.option("--detect-profile", is_flag=True,
               help="Compare the backend's native behaviour with every profile's goldens.")
@@ -78,17 +78,33 @@ def _verify_exit(code: int, msg: str, as_json: bool, status: str):
 @click.option("--shard", default=None, metavar="K/N",
               help="Verify only shard K of N (1-based; the split --jobs uses), e.g. to spread "
                    "a CI run over N machines.")
+@click.option("--timeout", default=600.0, show_default=True, type=click.FloatRange(0),
+              metavar="SECONDS",
+              help="Per backend call: a call that takes longer is stopped (its worker killed), "
+                   "its cases are errors and the run exits 1. 0 = no limit.")
+@click.option("--in-process", is_flag=True,
+              help="Run the backend inside mxref's own process (debugging: a debugger or "
+                   "profiler sees its frames). By default it runs in a worker process, so an "
+                   "exit, crash, signal or hang in the backend is a reported error, never a "
+                   "pass; in-process, os._exit or a segfault ends mxref too, and --timeout "
+                   "does not apply.")
 @click.option("--no-progress", is_flag=True, help="No progress bar (also off when not a TTY or CI=true).")
 @click.option("--list-backends", is_flag=True, help="List known backend names and exit.")
 def verify_cmd(backend_spec, device, root, suite, profiles, ops, classes, formats, src_dtypes,
                levels, max_errors, as_json, json_out, junit_xml, expectations_path, strict_xpass,
-               detect_profile, dump_mismatches, jobs, shard, no_progress, list_backends):
+               detect_profile, dump_mismatches, jobs, shard, timeout, in_process, no_progress,
+               list_backends):
     """Verify a kernel stack against the golden corpus, bit for bit.
 
     Exit codes: 0 every selected case bit-exact (expected xfails allowed); 1 mismatches or
-    backend errors (or XPASS with --strict-xpass); 2 usage; 3 golden corpus not found or failing
-    an integrity check; 4 backend
-    unavailable (import failure, no device, or no claimed profile/op to run); 5 nothing selected.
+    backend errors - a backend that raises, exits, dies on a signal or exceeds --timeout
+    included (or XPASS with --strict-xpass); 2 usage; 3 golden corpus not found or failing an
+    integrity check; 4 backend unavailable (import failure, no device, or no claimed profile/op
+    to run); 5 nothing selected.
+
+    The backend runs in a worker process (see --in-process): mxref compares, applies
+    expectations and reports in its own process, and requires every selected case to be
+    answered.
 
     Output paths (--json-out, --junit-xml, --dump-mismatches) are checked before the run:
     missing parent directories are created; a path that cannot be written is refused with
@@ -147,7 +163,11 @@ def verify_cmd(backend_spec, device, root, suite, profiles, ops, classes, format
         expectations_path = _expectations_path(expectations_path)
         expectations = load_expectations(expectations_path) if expectations_path else None
         with stdout_to_stderr(as_json):    # a backend's import-time prints stay off --json
-            backend = get_backend(backend_spec, device=device)
+            if in_process:
+                backend = get_backend(backend_spec, device=device)
+            else:
+                from ..verify.isolate import IsolatedBackend
+                backend = IsolatedBackend(backend_spec, device, timeout=timeout)
     except (ExpectationsError, UnknownBackendError) as e:
         _verify_exit(2, str(e), as_json, "usage")
     except BackendUnavailable as e:
@@ -178,12 +198,15 @@ def verify_cmd(backend_spec, device, root, suite, profiles, ops, classes, format
                                         name=backend_spec,
                                         claimed_names=list(getattr(backend, "profiles", ())))
                 bar.length = max(1, len(planned))
+                if not in_process:
+                    backend.close()     # each shard worker starts its own
                 d = verify_parallel(
                     {"backend": backend_spec, "device": device, "root": str(root),
                      "levels": list(levels), "ops": ops, "profiles": list(profiles) or None,
                      "formats": formats, "src_dtypes": src_dtypes, "classes": classes,
                      "suite": suite, "max_errors": max_errors,
-                     "expectations_path": expectations_path, "strict_xpass": strict_xpass},
+                     "expectations_path": expectations_path, "strict_xpass": strict_xpass,
+                     "isolate": not in_process, "timeout": timeout},
                     jobs, progress=lambda rel, i, n: bar.update(1),
                     planned=[f.relpath for f in planned])
                 code = d["exit_code"]

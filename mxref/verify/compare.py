@@ -52,6 +52,7 @@ class FileResult:
     check_mode: str = "bitexact"        # or "bound" (gemm under a backend's bound contract)
     ulp: dict | None = None             # bound mode: ulp statistics of the results in bound
     notes: list = field(default_factory=list)           # variants a backend does not support
+    answered: np.ndarray | None = None  # [rows] bool: a backend call (or its failure) covered it
 
     def put(self, name, rows, values):
         """Keep the backend's output for rows (for --dump-mismatches)."""
@@ -103,7 +104,12 @@ def as_array(x, what, shape, dtype):
 
 
 def call_backend(res: FileResult, rows: np.ndarray, fn):
-    """Run one backend call for `rows`; on failure mark them and return None."""
+    """Run one backend call for `rows`; on failure mark them and return None. The rows count
+    as answered whatever happens (run_file turns a selected row no call covered into an error,
+    so a check that forgets a row can never pass it)."""
+    if res.answered is None:
+        res.answered = np.zeros(len(res.status), bool)
+    res.answered[rows] = True
     try:
         return fn()
     except Unsupported as e:
@@ -116,10 +122,12 @@ def call_backend(res: FileResult, rows: np.ndarray, fn):
             res.reasons[int(r)] = f"bad output: {e}"
     except KeyboardInterrupt:
         raise
-    except Exception as e:  # noqa: BLE001 - a backend raising is a per-case result, not a crash
+    except (Exception, SystemExit) as e:  # noqa: BLE001 - a per-case result, not a crash or a pass
+        kind = getattr(e, "remote_type", type(e).__name__)
+        msg = f"the backend called sys.exit({e.code!r})" if isinstance(e, SystemExit) else e
         for r in rows:
             res.status[r] = ERROR
-            res.reasons[int(r)] = f"backend raised {type(e).__name__}: {e}"
+            res.reasons[int(r)] = f"backend raised {kind}: {msg}"
     return None
 
 

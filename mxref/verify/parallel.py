@@ -105,7 +105,12 @@ def _worker(spec_path: str, k: int) -> int:
     try:
         exps = (load_expectations(spec["expectations_path"])
                 if spec.get("expectations_path") else None)
-        backend = get_backend(spec["backend"], device=spec.get("device"))
+        if spec.get("isolate", True):
+            from .isolate import IsolatedBackend
+            backend = IsolatedBackend(spec["backend"], spec.get("device"),
+                                      timeout=spec.get("timeout"))
+        else:
+            backend = get_backend(spec["backend"], device=spec.get("device"))
 
         def progress(gf, i, n):
             print(_TAG + gf.relpath, flush=True)
