@@ -95,7 +95,8 @@ def test_good_entries_still_load(tmp_path):
     assert devs[0].classes == ("L3",) and devs[1].case_id == 0xFF and devs[2].format == "hadamard"
 
 
-@pytest.mark.parametrize("name", ["torchao.toml", "ml_dtypes.toml"])
+@pytest.mark.parametrize("name", sorted(p.name for p in
+                                         (REPO / "conformance" / "expectations").glob("*.toml")))
 def test_bundled_expectations_are_valid(name):
     assert load_expectations(REPO / "conformance" / "expectations" / name)
 

@@ -24,6 +24,10 @@ BUILTIN = {
     "torchao-ceil": "mxref.backends.peers:TorchaoCeil",
     "torchao-even": "mxref.backends.peers:TorchaoEven",
     "transformer_engine": "mxref.backends.peers:TransformerEngineBackend",
+    "gfloat": "mxref.backends.peers_gfloat:GfloatBackend",
+    "fouroversix": "mxref.backends.peers_fouroversix:FouroversixBackend",
+    "nv-host": "mxref.backends.nv_host:NvHostBackend",
+    "nv-host-rceil": "mxref.backends.nv_host:NvHostRceilBackend",
 }
 ENTRY_POINT_GROUP = "mxref.backends"
 
@@ -47,6 +51,9 @@ def _load_target(target: str, what: str):
         mod = importlib.import_module(mod_name)
     except ImportError as e:
         raise BackendUnavailable(f"{what}: cannot import {mod_name!r}: {e}") from None
+    except Exception as e:  # a module that fails while it is imported cannot run here
+        raise BackendUnavailable(f"{what}: importing {mod_name!r} raised "
+                                 f"{type(e).__name__}: {e}") from None
     obj = mod
     for part in attr.split("."):
         try:
