@@ -1,12 +1,15 @@
 #!/usr/bin/env bash
-# The conformance gate CI runs: the golden corpus against the numba reference, the torch emulator
-# (CPU) and the Triton kernels (interpreter: L0 and the whole of L1). Every run is attempted;
-# the script fails if any failed.
+# The conformance gate CI runs: the committed corpus regenerated and compared with its manifest and
+# files (content, rows, classes; L0 and L1, about 2 min), then the corpus against the numba
+# reference, the torch emulator (CPU) and the Triton kernels (interpreter: L0 and the whole of
+# L1). Every run is attempted; the script fails if any failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export CI=${CI:-true}
 rc=0
 run() { echo "== conformance: $*" >&2; python3 -m pytest -q -p no:cacheprovider conformance "$@" || rc=1; }
+echo "== conformance: mxref generate --level 0 --level 1 --check" >&2
+python3 -m mxref generate --level 0 --level 1 --check --out golden || rc=1
 run --mxref-backend=numba --mxref-level=1
 run --mxref-backend=torch --mxref-level=1
 TRITON_INTERPRET=1 run --mxref-backend=triton --mxref-level=0

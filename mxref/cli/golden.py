@@ -41,15 +41,19 @@ def _integrity_exit(problems, as_json=False, what="golden check"):
               help="Where to write (default: ./golden). With --check: the corpus to check "
                    "(default: the corpus lookup, as for `mxref golden path`).")
 @click.option("--check", is_flag=True,
-              help="Regenerate in memory and compare with the manifest instead of writing (exit 3 on drift).")
+              help="Regenerate every level asked in memory and compare content, rows and classes "
+                   "with the manifest and the committed files, instead of writing (exit 3 on drift).")
 @click.option("--json", "as_json", is_flag=True)
 def generate_cmd(ops, levels, root, check, as_json):
     """Generate golden files (Arrow IPC) and MANIFEST.json, or --check them against a regeneration.
 
     Levels 0 and 1 are committed under golden/; levels 2 and 3 are generated on demand into
-    another --out directory and never committed.
+    another --out directory and never committed. A run holds the lock file
+    OUT/.mxref-generate.lock until it ends (and then removes it): a second generate into the same
+    folder exits 3 naming the holder's pid, and the manifest is rewritten atomically.
     """
     from ..golden.generate import file_specs, generate, regenerate_check
+    from ..golden.store import GoldenIntegrityError
 
     ops = ops or None
     try:
@@ -65,6 +69,8 @@ def generate_cmd(ops, levels, root, check, as_json):
         with click.progressbar(length=total, label="generating", file=sys.stderr,
                                hidden=not show) as bar:
             entries = generate(Path(root), levels, ops, progress=lambda spec: bar.update(1))
+    except GoldenIntegrityError as e:        # the folder is locked, or its manifest is invalid
+        _integrity_exit([e], as_json, "generate")
     except ModuleNotFoundError as e:
         if e.name != "ml_dtypes":
             raise
@@ -91,7 +97,8 @@ def golden_group():
 @click.argument("root", required=False, default=None, type=click.Path())
 @click.option("--json", "as_json", is_flag=True)
 def golden_check_cmd(root, as_json):
-    """Check hashes, format version, manifest membership and the generator-source hash.
+    """Check the manifest (schema, keys), every file (inside the corpus, size, byte and content
+    hashes, rows, format version), manifest membership and the generator-source hash.
 
     ROOT defaults to the corpus lookup (see `mxref golden path`). Exit 3 names the file and the
     check that failed, or says where no corpus was found.

@@ -1,14 +1,10 @@
 """The corpus driver: for every op of :data:`mxref.ops.OPS`, its family's writer gives the files
 of a level (``specs``) and their columns (``build``); this module writes them with their
-manifest, or regenerates them in memory to check a committed corpus.
-
-Three independent drift checks (conformance_anchors C.4): the generator-source hash recorded
-in the manifest (:func:`mxref.golden.manifest.check`), byte hashes of the committed files (same),
-and content hashes of a regeneration (:func:`regenerate_check`).
+manifest, under a lock on the output folder. The checks of a corpus (the generator-source hash,
+the committed files, a regeneration: :func:`regenerate_check`) are in :mod:`.manifest`.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 from pathlib import Path
 
@@ -17,10 +13,10 @@ import pyarrow as pa
 from ..ops import FAMILIES, OP_NAMES, family_ops
 from . import cases as C
 from .columns import FileSpec, check_columns, coverage, file_meta, generator_source_sha256
-from .manifest import MANIFEST, load_manifest
-from .store import (FORMAT_VERSION, SUITE_VERSION, GoldenIntegrityError, content_hash,
-                    write_golden)
+from .manifest import MANIFEST, generation_lock, load_manifest, write_manifest
+from .manifest import regenerate_check  # noqa: F401  (the CLI and tests call it from here)
 from .suites import decompose, fp8fp4, gemm, quantize, rotate, sr
+from .writer import FORMAT_VERSION, SUITE_VERSION, content_hash, sha256_bytes, write_golden
 
 _FAMILY_MODULES = {"quantize": quantize, "rotate": rotate, "gemm": gemm, "sr": sr,
                    "fp8fp4": fp8fp4, "decompose": decompose}
@@ -68,7 +64,7 @@ def build_file(spec: FileSpec, out_root: Path | None, cross_check=True):
 def manifest_entry(spec: FileSpec, data: bytes, rows: int, cov: dict, content: str) -> dict:
     return {"op": spec.op, "format": spec.fmt, "profile": spec.profile,
             "src_dtype": spec.src_dtype, "level": spec.level, "rows": rows, "bytes": len(data),
-            "sha256_bytes": hashlib.sha256(data).hexdigest(), "sha256_content": content,
+            "sha256_bytes": sha256_bytes(data), "sha256_content": content,
             "classes": cov}
 
 
@@ -84,61 +80,28 @@ def dumps_manifest(entries: dict) -> str:
 def generate(root: Path, levels, ops=None, progress=None, cross_check=True) -> dict:
     """Write every file of the given levels (and ops) under root, and root/MANIFEST.json.
 
-    Entries of an existing manifest outside this run's levels and ops are kept as they are
-    (their files are not rewritten), so ``--suite OP`` adds or refreshes one op's files; the
-    manifest's generator hash is the current one. Returns the entries written by this run."""
+    The whole run holds root's generation lock (a second run into root is refused, naming this
+    one's pid), so the manifest's read-modify-write cannot lose another run's entries; the
+    manifest is replaced atomically. Entries of an existing manifest outside this run's levels
+    and ops are kept as they are (their files are not rewritten), so ``--suite OP`` adds or
+    refreshes one op's files; the manifest's generator hash is the current one. Returns the
+    entries written by this run."""
     root = Path(root)
     specs = [s for lv in levels for s in file_specs(lv, ops)]
-    kept = {}
-    if (root / MANIFEST).is_file():
-        kept = {rel: e for rel, e in load_manifest(root)["files"].items()
-                if e["level"] not in set(levels) or (ops is not None and e["op"] not in ops)}
-    entries = {}
-    for spec in specs:
-        res = build_file(spec, root, cross_check=cross_check)
-        if progress:
-            progress(spec)
-        if res is None:
-            continue
-        data, rows, cov = res
-        table = pa.ipc.open_file(pa.BufferReader(data)).read_all()
-        entries[spec.relpath] = manifest_entry(spec, data, rows, cov, content_hash(table))
-    (root / MANIFEST).write_text(dumps_manifest({**kept, **entries}))
+    with generation_lock(root):
+        kept = {}
+        if (root / MANIFEST).is_file():
+            kept = {rel: e for rel, e in load_manifest(root)["files"].items()
+                    if e["level"] not in set(levels) or (ops is not None and e["op"] not in ops)}
+        entries = {}
+        for spec in specs:
+            res = build_file(spec, root, cross_check=cross_check)
+            if progress:
+                progress(spec)
+            if res is None:
+                continue
+            data, rows, cov = res
+            table = pa.ipc.open_file(pa.BufferReader(data)).read_all()
+            entries[spec.relpath] = manifest_entry(spec, data, rows, cov, content_hash(table))
+        write_manifest(root, dumps_manifest({**kept, **entries}))
     return entries
-
-
-def regenerate_check(root: Path, levels, ops=None) -> list[GoldenIntegrityError]:
-    """Regenerate in memory and compare decoded content (and class counts) with the manifest."""
-    root = Path(root)
-    try:
-        doc = load_manifest(root)
-    except GoldenIntegrityError as e:
-        return [e]
-    problems = []
-    want = {rel: e for rel, e in doc["files"].items() if e["level"] in set(levels)
-            and (ops is None or e["op"] in ops)}
-    seen = set()
-    for spec in (s for lv in levels for s in file_specs(lv, ops)):
-        res = build_file(spec, None, cross_check=False)
-        if res is None:
-            continue
-        seen.add(spec.relpath)
-        data, rows, cov = res
-        entry = want.get(spec.relpath)
-        if entry is None:
-            problems.append(GoldenIntegrityError(root / spec.relpath, "manifest",
-                                                 "the generator produces this file; the manifest lacks it"))
-            continue
-        got = content_hash(pa.ipc.open_file(pa.BufferReader(data)).read_all())
-        if got != entry["sha256_content"]:
-            problems.append(GoldenIntegrityError(root / spec.relpath, "sha256 content",
-                                                 "regenerated content differs from MANIFEST.json"))
-        for cls, n in entry["classes"].items():
-            if cov.get(cls, 0) < n:
-                problems.append(GoldenIntegrityError(
-                    root / spec.relpath, "coverage",
-                    f"class {cls} shrank from {n} to {cov.get(cls, 0)} rows"))
-    for rel in sorted(set(want) - seen):
-        problems.append(GoldenIntegrityError(root / rel, "generator",
-                                             "in MANIFEST.json but no longer generated"))
-    return problems

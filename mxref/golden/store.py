@@ -1,24 +1,23 @@
-"""Golden files: uncompressed Arrow IPC, bit-pattern columns, `mxref.*` metadata, hashes.
+"""Golden files, the read side: open a file zero-copy, or open a corpus file checked against its
+manifest entry (where it is, its size, its bytes, its decoded content, its rows).
 
 Every check that fails raises `GoldenIntegrityError` naming the file and the check (the CLI
-turns it into exit code 3). Files are opened with `pa.memory_map` (zero copy) and refused above
-`MAX_FILE_BYTES`. No pickle anywhere: Arrow IPC and JSON only.
+turns it into exit code 3). The write side (columns, :func:`write_golden`, :func:`content_hash`)
+is :mod:`.writer`, re-exported here for the callers that import it from this module; it is
+hashed into the generator-source hash and this module is not. No pickle anywhere.
 """
 from __future__ import annotations
 
-import hashlib
-import json
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import numpy as np
 import pyarrow as pa
 
 from ..errors import MXRefError
+from .writer import (FORMAT_VERSION, META_PREFIX, SUITE_VERSION, content_hash,  # noqa: F401
+                     dict_column, plain_column, sha256_bytes, tensor_column, write_golden)
 
-FORMAT_VERSION = "1.0"
-SUITE_VERSION = "2026.11.1"
 MAX_FILE_BYTES = 256 * 1024 * 1024
-META_PREFIX = "mxref."
 # metadata that may legitimately differ between machines (which peers are installed)
 VOLATILE_META = ("mxref.cross_checks",)
 
@@ -31,68 +30,89 @@ class GoldenIntegrityError(MXRefError):
         super().__init__(f"{path}: {check}: {detail}")
 
 
-def tensor_column(name: str, arr: np.ndarray, meta: dict) -> tuple[pa.Field, pa.Array]:
-    """A fixed_shape_tensor column from a [rows, *shape] array (canonical Arrow extension)."""
-    arr = np.ascontiguousarray(arr)
-    shape = list(arr.shape[1:])
-    typ = pa.fixed_shape_tensor(pa.from_numpy_dtype(arr.dtype), shape)
-    storage = pa.FixedSizeListArray.from_arrays(pa.array(arr.reshape(-1)), int(np.prod(shape)))
-    col = pa.ExtensionArray.from_storage(typ, storage)
-    return pa.field(name, typ, nullable=False, metadata=_meta(meta)), col
+def key_problem(rel) -> str | None:
+    """Why a manifest key is not a corpus file name (None when it is one): a relative posix path
+    of plain components ending in .arrow; no '..', '.', empty part, absolute path, backslash
+    or drive letter."""
+    if not isinstance(rel, str) or not rel:
+        return "a key must be a non-empty string"
+    if "\\" in rel or ":" in rel or rel.startswith("/"):
+        return "not a relative posix path (absolute, backslash or drive letter)"
+    if any(part in ("", ".", "..") for part in rel.split("/")):
+        return "has an empty, '.' or '..' component"
+    if PurePosixPath(rel).suffix != ".arrow":
+        return "not an .arrow file"
+    return None
 
 
-def plain_column(name: str, arr, meta: dict | None = None, typ=None) -> tuple[pa.Field, pa.Array]:
-    col = pa.array(arr, type=typ)
-    return pa.field(name, col.type, nullable=False, metadata=_meta(meta or {})), col
+def corpus_path(root, rel: str) -> Path:
+    """``root/rel`` after checking the key and that it resolves inside root (a symlinked file
+    or folder that leads out of the corpus is refused)."""
+    root = Path(root)
+    why = key_problem(rel)
+    if why:
+        raise GoldenIntegrityError(root / "MANIFEST.json", "manifest key", f"{rel!r}: {why}")
+    path = root / rel
+    if not path.resolve().is_relative_to(root.resolve()):
+        raise GoldenIntegrityError(path, "outside the corpus",
+                                   f"{rel!r} resolves to {path.resolve()}, outside {root.resolve()}")
+    return path
 
 
-def dict_column(name: str, values: list[str], meta: dict | None = None):
-    col = pa.array(values, type=pa.string()).dictionary_encode()
-    return pa.field(name, col.type, nullable=False, metadata=_meta(meta or {})), col
-
-
-def _meta(d: dict) -> dict:
-    return {f"{META_PREFIX}{k}".encode(): (v if isinstance(v, str) else json.dumps(v, sort_keys=True)).encode()
-            for k, v in d.items()}
-
-
-def write_golden(path: Path, columns: list, schema_meta: dict) -> bytes:
-    """Write one uncompressed Arrow IPC file; returns its bytes (for hashing)."""
-    fields = [f for f, _ in columns]
-    schema = pa.schema(fields, metadata=_meta(schema_meta))
-    batch = pa.record_batch([c for _, c in columns], schema=schema)
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, schema, options=pa.ipc.IpcWriteOptions(compression=None)) as w:
-        w.write_batch(batch)
-    data = sink.getvalue().to_pybytes()
-    if path is not None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_bytes(data)
-        tmp.replace(path)
-    return data
-
-
-def read_golden(path) -> pa.Table:
-    """Open a golden file zero-copy, refusing oversize, corrupt or future-major files."""
-    path = Path(path)
+def _size_checked(path: Path) -> int:
+    """The file's size from stat(), refused above MAX_FILE_BYTES before a byte is read."""
     if not path.is_file():
         raise GoldenIntegrityError(path, "exists", "file not found")
     size = path.stat().st_size
     if size > MAX_FILE_BYTES:
         raise GoldenIntegrityError(path, "size limit",
                                    f"{size} bytes exceeds the {MAX_FILE_BYTES} byte limit")
+    return size
+
+
+def _open_ipc(path: Path, source) -> pa.Table:
+    """An Arrow IPC file from `source`, refusing corrupt or future-major files."""
     try:
-        table = pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
+        table = pa.ipc.open_file(source).read_all()
     except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as e:
         raise GoldenIntegrityError(path, "arrow ipc", f"cannot read: {e}") from None
-    meta = schema_meta(table)
-    version = meta.get("format_version")
+    version = schema_meta(table).get("format_version")
     if version is None:
         raise GoldenIntegrityError(path, "format_version", "missing mxref.format_version")
     if version.split(".")[0] != FORMAT_VERSION.split(".")[0]:
         raise GoldenIntegrityError(path, "format_version",
                                    f"major {version} is not supported (reader {FORMAT_VERSION})")
+    return table
+
+
+def read_golden(path) -> pa.Table:
+    """Open a golden file zero-copy, refusing oversize, corrupt or future-major files."""
+    path = Path(path)
+    _size_checked(path)
+    return _open_ipc(path, pa.memory_map(str(path), "r"))
+
+
+def open_verified(root, rel: str, entry: dict) -> pa.Table:
+    """Corpus file `rel` checked against its manifest entry: inside the corpus, size (from
+    stat, before reading), sha256 of the bytes, then sha256 of the decoded content and the row
+    count of the table parsed from those same bytes."""
+    path = corpus_path(root, rel)
+    if not path.is_file():
+        raise GoldenIntegrityError(path, "exists", "listed in MANIFEST.json but missing")
+    size = _size_checked(path)
+    if size != entry["bytes"]:
+        raise GoldenIntegrityError(path, "size", f"{size} bytes, MANIFEST.json says {entry['bytes']}")
+    with open(path, "rb") as f:
+        data = f.read(MAX_FILE_BYTES + 1)
+    if sha256_bytes(data) != entry["sha256_bytes"]:
+        raise GoldenIntegrityError(path, "sha256 bytes", "file bytes differ from MANIFEST.json")
+    table = _open_ipc(path, pa.BufferReader(data))
+    if content_hash(table) != entry["sha256_content"]:
+        raise GoldenIntegrityError(path, "sha256 content",
+                                   "decoded content differs from MANIFEST.json")
+    if table.num_rows != entry["rows"]:
+        raise GoldenIntegrityError(path, "rows",
+                                   f"{table.num_rows} rows, MANIFEST.json says {entry['rows']}")
     return table
 
 
@@ -113,35 +133,3 @@ def column_numpy(table: pa.Table, name: str) -> np.ndarray:
     if pa.types.is_dictionary(col.type):
         return np.asarray(col.dictionary.to_pylist(), dtype=object)[col.indices.to_numpy()]
     return col.to_numpy(zero_copy_only=False)
-
-
-def content_hash(table: pa.Table) -> str:
-    """sha256 over the decoded columns (names, types, values), not the file bytes: it is
-    what regeneration must reproduce exactly on any machine."""
-    h = hashlib.sha256()
-    for name in table.column_names:
-        col = table.column(name).combine_chunks()
-        h.update(name.encode() + b"\0" + _canonical_type(col.type).encode() + b"\0")
-        if isinstance(col.type, pa.FixedShapeTensorType):
-            h.update(np.ascontiguousarray(col.to_numpy_ndarray()).tobytes())
-        elif pa.types.is_dictionary(col.type) or pa.types.is_list(col.type) \
-                or pa.types.is_string(col.type):
-            h.update(json.dumps(col.to_pylist()).encode())
-        else:
-            h.update(np.ascontiguousarray(col.to_numpy(zero_copy_only=False)).tobytes())
-    return h.hexdigest()
-
-
-def _canonical_type(typ) -> str:
-    """A type description that does not depend on pyarrow's repr of extension types."""
-    if isinstance(typ, pa.FixedShapeTensorType):
-        return f"fixed_shape_tensor<{typ.value_type}>{list(typ.shape)}"
-    if pa.types.is_dictionary(typ):
-        return f"dictionary<{typ.value_type}>"
-    if pa.types.is_list(typ):
-        return f"list<{typ.value_type}>"
-    return str(typ)
-
-
-def sha256_bytes(data: bytes) -> str:
-    return hashlib.sha256(data).hexdigest()

@@ -170,7 +170,7 @@ def dump_mismatches(root: Path, dumps: list, dest: Path) -> list[str]:
     mismatches. dest ending in .arrow with one file: that file; otherwise a directory that
     mirrors the golden layout. Returns the paths written.
     """
-    from ..golden.store import write_golden
+    from ..golden.writer import write_golden
     written = []
     dest = Path(dest)
     single = dest.suffix == ".arrow" and len(dumps) == 1

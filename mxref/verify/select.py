@@ -3,7 +3,7 @@ the shards of a parallel run, and the integrity check on opening a file.
 
 Every name of an op comes from :mod:`mxref.ops`; a filter that names something the corpus does
 not have is a usage error (:class:`SelectionError`, exit 2); a file whose bytes differ from the
-manifest is an integrity error (exit 3).
+manifest (bytes, decoded content, rows), or outside the corpus, is an integrity error (exit 3).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ..corpus import golden_root
 from ..errors import MXRefError
 from ..formats import FORMATS
 from ..golden.manifest import load_manifest
-from ..golden.store import GoldenIntegrityError, read_golden, sha256_bytes
+from ..golden.store import GoldenIntegrityError, open_verified
 from ..ops import OP_NAMES, PROFILE_FREE_OPS
 from ..profiles import PROFILES
 
@@ -42,6 +42,8 @@ class GoldenFile:
     rows: int
     sha256: str
     classes: dict
+    sha256_content: str
+    nbytes: int
 
 
 def select_files(root: Path, *, levels=(1,), ops=None, profiles=None, formats=None,
@@ -76,7 +78,8 @@ def select_files(root: Path, *, levels=(1,), ops=None, profiles=None, formats=No
         if classes and not set(classes) & set(e["classes"]):
             continue
         out.append(GoldenFile(rel, e["op"], e["format"], e["profile"], e["src_dtype"],
-                              int(e["level"]), int(e["rows"]), e["sha256_bytes"], e["classes"]))
+                              e["level"], e["rows"], e["sha256_bytes"], e["classes"],
+                              e["sha256_content"], e["bytes"]))
     return doc, out
 
 
@@ -98,13 +101,10 @@ def _manifest(root: Path) -> dict:
 
 
 def open_checked(root: Path, gf: GoldenFile):
-    """Read a golden file after checking its bytes against the manifest (integrity, exit 3)."""
-    path = Path(root) / gf.relpath
-    if not path.is_file():
-        raise GoldenIntegrityError(path, "exists", "listed in MANIFEST.json but missing")
-    if sha256_bytes(path.read_bytes()) != gf.sha256:
-        raise GoldenIntegrityError(path, "sha256 bytes", "file bytes differ from MANIFEST.json")
-    return read_golden(path)
+    """Read a golden file checked against its manifest entry: inside the corpus, size before
+    reading, bytes, decoded content and rows (:func:`mxref.golden.store.open_verified`; exit 3)."""
+    return open_verified(root, gf.relpath, {"bytes": gf.nbytes, "sha256_bytes": gf.sha256,
+                                            "sha256_content": gf.sha256_content, "rows": gf.rows})
 
 
 # ---- the backend's plan -------------------------------------------------------------------------

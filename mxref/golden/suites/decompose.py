@@ -10,7 +10,7 @@ from ...formats import FORMATS
 from .. import cases as C
 from ..cases import ROW, rotation_rows
 from ..columns import FileSpec, applies, f32_bits, head_columns, src_view, to_src
-from ..store import dict_column, plain_column, tensor_column
+from ..writer import dict_column, plain_column, tensor_column
 
 
 # =============================================================================================

@@ -11,7 +11,7 @@ from ...quantize import MXTensor, quantize
 from .. import cases as C
 from ..cases import ROW
 from ..columns import MX_FORMATS, FileSpec, applies, f32_bits, head_columns
-from ..store import plain_column, tensor_column
+from ..writer import plain_column, tensor_column
 
 CONVERT_PROFILES = ("ocp", "rceil")
 

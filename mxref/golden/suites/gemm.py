@@ -12,7 +12,7 @@ from ...formats import FORMATS
 from ...quantize import MXTensor, quantize
 from .. import cases as C
 from ..columns import MX_FORMATS, FileSpec, head_columns
-from ..store import plain_column
+from ..writer import plain_column
 
 GEMM_CLASSES = ("G1", "G2", "G3", "G4", "G5", "G6", "G7", "G8", "G9")
 

@@ -26,7 +26,7 @@ from ...quantize import dequantize, quantize
 from .. import cases as C
 from ..columns import MX_FORMATS, SRC_NP, FileSpec, applies, case_ids, src_field, src_view
 from ..crosscheck import ml_dtypes_cross_check, torchao_cross_check
-from ..store import dict_column, plain_column, tensor_column
+from ..writer import dict_column, plain_column, tensor_column
 
 
 # ---- which files exist ----------------------------------------------------------------------

@@ -15,7 +15,7 @@ from ...profiles import PROFILES
 from .. import cases as C
 from ..cases import ROW, rotation_rows
 from ..columns import FileSpec, applies, bits_to_f32, f32_bits, head_columns, src_view, to_src
-from ..store import dict_column, plain_column, tensor_column
+from ..writer import dict_column, plain_column, tensor_column
 
 
 def _signs(kind, n, seed, step, tid) -> np.ndarray:

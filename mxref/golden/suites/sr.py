@@ -14,7 +14,7 @@ from ...quantize import quantize
 from .. import cases as C
 from ..columns import (MX_FORMATS, FileSpec, applies, bits_to_f32, f32_bits, head_columns,
                        src_view, to_src)
-from ..store import plain_column, tensor_column
+from ..writer import plain_column, tensor_column
 
 SR_PROFILES = ("ocp", "rceil")
 
