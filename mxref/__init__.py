@@ -15,8 +15,9 @@ __version__ = "0.1.0"
 
 #: public name -> the submodule that defines it
 _EXPORTS = {
-    **dict.fromkeys(("AmbiguousInputError", "AxisError", "BlockSizeError", "MXRefError",
-                     "ProfileConflictError", "ShapeError", "UnknownFormatError",
+    **dict.fromkeys(("AmbiguousInputError", "AxisError", "BlockSizeError", "CodeRangeError",
+                     "GeneratorArgumentError", "MXRefError", "ProfileConflictError",
+                     "ScaleValueError", "ShapeError", "UnknownFormatError",
                      "UnknownProfileError", "UnsupportedDtypeError"), "errors"),
     **dict.fromkeys(("ELEMENT_FORMATS", "FORMATS", "BlockFormat", "FloatFormat", "IntFormat",
                      "get_format"), "formats"),
@@ -35,6 +36,7 @@ __all__ = [
     "Profile", "BlockFormat", "FloatFormat", "IntFormat", "get_format", "get_profile",
     "MXRefError", "UnknownFormatError", "UnknownProfileError", "UnsupportedDtypeError",
     "AmbiguousInputError", "AxisError", "BlockSizeError", "ProfileConflictError", "ShapeError",
+    "CodeRangeError", "GeneratorArgumentError", "ScaleValueError",
     "warmup", "hadamard", "sign_vector", "rotate", "quantize_rotated", "gemm", "gemm_codes",
     "gemm_error_bound", "check_gemm", "GemmCheck", "rotated_gemm", "rotated_gemm_error",
     "FP8Tensor", "mxfp4_to_fp8", "fp8_to_mxfp4", "reblock", "reblock_error", "decompose",

@@ -41,9 +41,9 @@ from ._kernels import (
     normalize_f32,
     round_magnitude,
 )
-from .errors import MXRefError, ProfileConflictError, ShapeError
+from .errors import MXRefError, ProfileConflictError
 from .formats import E4M3, P_MAXCODE, BlockFormat, get_format
-from .inputs import as_f32_bits
+from .inputs import as_f32_bits, as_shape, check_int
 from .profiles import ROUNDINGS, Profile, get_profile
 from .quantize import MXTensor, _from_rows, _normalize_axis, _to_rows, quantize
 
@@ -538,13 +538,6 @@ def compare_scale_rules(x, fmt, rules=("floor", "rceil", "even", "ideal"), profi
 
 
 # ---- synthetic inputs ---------------------------------------------------------------------
-def _shape_tuple(shape) -> tuple:
-    shp = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    if not shp or not all(isinstance(d, (int, np.integer)) and d >= 0 for d in shp):
-        raise ShapeError(f"shape must be a non-negative int or a tuple of them, got {shape!r}")
-    return tuple(int(d) for d in shp)
-
-
 def synthetic(dist: str, shape, seed: int) -> np.ndarray:
     """float32 samples from ``numpy.random.default_rng(seed)`` (PCG64), drawn in float64 and
     rounded to float32 once (IEEE RNE, numpy's astype):
@@ -557,8 +550,8 @@ def synthetic(dist: str, shape, seed: int) -> np.ndarray:
     if dist not in DISTRIBUTIONS:
         raise UnknownDistributionError(
             f"unknown distribution {dist!r}; known: {', '.join(DISTRIBUTIONS)}")
-    shp = _shape_tuple(shape)
-    rng = np.random.default_rng(seed)
+    shp = as_shape(shape)
+    rng = np.random.default_rng(check_int("seed", seed, minimum=0))
     if dist == "gaussian":
         v = rng.standard_normal(shp)
     elif dist == "laplace":

@@ -43,6 +43,20 @@ class ShapeError(MXRefError, ValueError):
     """Arrays whose shapes do not fit together (codes vs scales, layouts)."""
 
 
+class CodeRangeError(MXRefError, ValueError):
+    """Unpacked element codes above the format's code range (FP4 > 0x0F, FP6 > 0x3F)."""
+
+
+class ScaleValueError(MXRefError, ValueError):
+    """An NVFP4 tensor scale or global amax that is NaN, infinite or negative, or a tensor
+    scale given for a format that has none."""
+
+
+class GeneratorArgumentError(MXRefError, ValueError):
+    """A random-generator argument (seed, offset, step, tensor_id) that is not an integer (bool
+    and float included), or below the minimum its generator takes (numpy seeds are >= 0)."""
+
+
 # --- backends (the protocol of mxref/backends/base.py) --------------------------------------
 
 class BackendUnavailable(MXRefError):

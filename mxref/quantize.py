@@ -6,9 +6,23 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from . import _kernels as K
-from .errors import AxisError, BlockSizeError, ProfileConflictError, ShapeError
+from .errors import (
+    AxisError,
+    BlockSizeError,
+    ProfileConflictError,
+    ScaleValueError,
+    ShapeError,
+    UnsupportedDtypeError,
+)
 from .formats import E4M3, FP32, BlockFormat, get_format
-from .inputs import as_f32_bits
+from .inputs import (
+    as_code_array,
+    as_f32_bits,
+    as_shape,
+    check_code_range,
+    check_int,
+    f32_scale_bits,
+)
 from .layouts import pack_codes, to_amd_shuffle, to_cublas_blocked
 from .profiles import Profile, get_profile
 
@@ -50,6 +64,7 @@ class MXTensor:
         little-endian 24-bit words. FP8/INT8: one per byte. The packed axis is moved back to
         ``axis``; see mxref.layouts for the exact conventions.
         """
+        check_code_range("codes", self.codes, self.fmt.element.bits, self.fmt.name)
         moved = np.moveaxis(self.codes, self.axis, -1)
         packed = pack_codes(moved, self.fmt.element.bits)
         return np.ascontiguousarray(np.moveaxis(packed, -1, self.axis))
@@ -95,15 +110,22 @@ def random_bits(shape, seed: int, offset: int = 0) -> np.ndarray:
     """The documented stochastic-rounding stream: element ``i`` (C order) gets the first word
     of Philox4x32-10 with counter ``((offset + i) mod 2^32, 0, 0, 0)`` and key
     ``(seed_lo, seed_hi)``,
-    the same as ``triton.language.randint(seed, offset + i)``."""
+    the same as ``triton.language.randint(seed, offset + i)``. Any integer seed / offset
+    works (taken mod 2^64 / 2^32); floats and bools are refused."""
+    shape = as_shape(shape)
+    seed = check_int("seed", seed)
+    offset = check_int("offset", offset)
     out = np.empty(int(np.prod(shape)), dtype=np.uint32)
-    K.philox_stream(np.uint64(seed & (2**64 - 1)), np.int64(offset), out)
+    K.philox_stream(np.uint64(seed & (2**64 - 1)), np.int64(offset % 2**32), out)
     return out.reshape(shape)
 
 
 def sr_stream_rows(prof: Profile, rbits, seed, rng_offset: int, shape, axis: int) -> np.ndarray:
     """The stochastic-rounding words as [rows, n] along ``axis`` (a dummy [1, 1] when the
     profile does not round stochastically); refuses rbits/seed the profile cannot use."""
+    rng_offset = check_int("rng_offset", rng_offset)
+    if rbits is not None and seed is not None:
+        raise ProfileConflictError("pass rbits or seed, not both (seed would be ignored)")
     stochastic = prof.rounding == "stochastic"
     if (rbits is not None or seed is not None) and not stochastic:
         raise ProfileConflictError(
@@ -141,7 +163,7 @@ def quantize(x, fmt, profile="ocp", axis: int | None = None, *, block_size: int 
     prof.check_format(fmt)
     bits, src = as_f32_bits(x, source_dtype=source_dtype, from_float64=from_float64)
     ax = _normalize_axis(prof.block_axis if axis is None else axis, bits.ndim)
-    bs = block_size or prof.block_size or fmt.block_size
+    bs = block_size if block_size is not None else prof.block_size or fmt.block_size
     if block_size and prof.block_size and block_size != prof.block_size:
         raise ProfileConflictError(
             f"block_size={block_size} contradicts profile {prof.name!r} block_size={prof.block_size}")
@@ -195,11 +217,11 @@ def quantize(x, fmt, profile="ocp", axis: int | None = None, *, block_size: int 
 
 def _global_amax_bits(bits2: np.ndarray, prof: Profile, global_amax) -> int:
     if global_amax is not None:
-        g = np.asarray(global_amax, dtype=np.float32) if not isinstance(global_amax, np.ndarray) \
-            else global_amax
-        if g.dtype != np.float32 or g.size != 1:
-            raise ShapeError("global_amax must be one float32 value")
-        return int(g.reshape(()).view(np.uint32)) & 0x7FFFFFFF
+        return f32_scale_bits(
+            "global_amax", global_amax, inf_ok=prof.nvfp4_order == "te",
+            why_inf=f": under profile {prof.name!r} (nvfp4_order={prof.nvfp4_order!r}) the "
+                    "tensor scale amax/2688 would be Inf and every block zero; only "
+                    "nvfp4_order='te' defines an infinite amax (S_enc falls back to 1)")
     a = bits2.reshape(-1) & np.uint32(0x7FFFFFFF)
     keep = a < np.uint32(0x7F800000) if prof.inf_in_block == "poison" else a <= np.uint32(0x7F800000)
     a = a[keep]
@@ -211,32 +233,46 @@ def _global_amax_bits(bits2: np.ndarray, prof: Profile, global_amax) -> int:
 def dequantize(mx: MXTensor | None = None, *, codes=None, scales=None, fmt=None, axis: int = -1,
                block_size: int | None = None, tensor_scale=None) -> np.ndarray:
     """Decode to float32: ``code value * scale`` rounded once (exact for every MX format;
-    overflow -> Inf, scale 0xFF or an E4M3 NaN block scale -> NaN)."""
+    overflow -> Inf, scale 0xFF or an E4M3 NaN block scale -> NaN).
+
+    Either an MXTensor or ``codes`` (unpacked, one uint8 code per element, within the format's
+    code range) with ``scales`` (uint8, the block axis reduced to ceil(n / block_size)).
+    ``tensor_scale`` is NVFP4's decode-side T (``e2m1 * e4m3 * T``): a finite fp32 >= 0 (0 is
+    what torchao's order gives an all-zero tensor and decodes to zeros; NaN, Inf and negative
+    T are refused); None means 1 (single-level NVFP4). Other formats have no tensor scale.
+    """
     if mx is not None:
+        if not isinstance(mx, MXTensor):
+            raise UnsupportedDtypeError(
+                f"dequantize takes an MXTensor or codes=/scales=/fmt=, got {type(mx).__name__}")
         codes, scales, fmt, axis = mx.codes, mx.scales, mx.fmt, mx.axis
         block_size, tensor_scale = mx.block_size, mx.tensor_scale
     fmt = get_format(fmt)
-    codes = np.asarray(codes)
-    scales = np.asarray(scales)
-    if codes.dtype != np.uint8 or scales.dtype != np.uint8:
-        raise ShapeError("codes and scales must be uint8 arrays")
+    codes = as_code_array("codes", codes)
+    scales = as_code_array("scales", scales)
     ax = _normalize_axis(axis, codes.ndim)
-    bs = block_size or fmt.block_size
+    bs = fmt.block_size if block_size is None else block_size
+    if not fmt.allowed_block_size(bs):
+        raise BlockSizeError(f"block_size={bs!r} is not allowed for {fmt.name}")
+    if tensor_scale is not None and not fmt.is_nvfp4:
+        raise ScaleValueError(f"tensor_scale is NVFP4's; {fmt.name} has no tensor scale")
+    tbits = 0x3F800000 if tensor_scale is None else f32_scale_bits(
+        "tensor_scale", tensor_scale, inf_ok=False,
+        why_inf=" (decode is e2m1 * e4m3 * tensor_scale: it must be finite)")
     n = codes.shape[ax]
     expect = list(codes.shape)
     expect[ax] = -(-n // bs)
     if list(scales.shape) != expect:
         raise ShapeError(f"scales shape {scales.shape} does not match codes {codes.shape} "
                          f"with block {bs} along axis {ax} (expected {tuple(expect)})")
+    check_code_range("codes", codes, fmt.element.bits, fmt.name)
     moved_shape = np.moveaxis(codes, ax, -1).shape
     c2 = _to_rows(codes, ax)
     s2 = _to_rows(scales, ax)
     out = np.empty(c2.shape, dtype=np.uint32)
     if c2.size:
         if fmt.is_nvfp4:
-            ts = np.float32(1.0 if tensor_scale is None else tensor_scale)
-            K.dequantize_nvfp4(c2, s2, bs, int(ts.view(np.uint32)), fmt.element.kernel_params(),
-                               _E4M3P, _F32P, out)
+            K.dequantize_nvfp4(c2, s2, bs, tbits, fmt.element.kernel_params(), _E4M3P, _F32P, out)
         else:
             K.dequantize_mx(c2, s2, bs, fmt.element.kernel_params(), _F32P, out)
     return _from_rows(out, moved_shape, ax).view(np.float32)

@@ -30,7 +30,7 @@ import numpy as np
 from . import _kernels as K
 from .errors import MXRefError
 from .formats import BF16, FP32, P_BITS, P_EMIN, P_INF, P_MBITS, P_SIGNBIT
-from .inputs import as_f32_bits
+from .inputs import _is_torch, _torch_data, as_f32_bits, check_int
 from .quantize import MXTensor, _from_rows, _normalize_axis, _to_rows, quantize
 
 __all__ = [
@@ -89,12 +89,6 @@ def hadamard(n: int) -> np.ndarray:
     return h
 
 
-def _check_int(name: str, value) -> int:
-    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, np.integer)):
-        raise RotationOptionError(f"{name}={value!r} must be an integer")
-    return int(value)
-
-
 def sign_vector(kind, n: int, *, seed: int = 0, step: int = 0, tensor_id: int = 0) -> np.ndarray:
     """The sign vector d (int8, +-1, length n) that multiplies each input block.
 
@@ -108,9 +102,9 @@ def sign_vector(kind, n: int, *, seed: int = 0, step: int = 0, tensor_id: int = 
     seed/step/tensor_id only matter for ``"random"``.
     """
     n = _check_size(n)
-    seed = _check_int("seed", seed)
-    step = _check_int("step", step)
-    tensor_id = _check_int("tensor_id", tensor_id)
+    seed = check_int("seed", seed, error=RotationOptionError)
+    step = check_int("step", step, error=RotationOptionError)
+    tensor_id = check_int("tensor_id", tensor_id, error=RotationOptionError)
     if isinstance(kind, str):
         if kind == "none":
             return np.ones(n, dtype=np.int8)
@@ -132,7 +126,7 @@ def sign_vector(kind, n: int, *, seed: int = 0, step: int = 0, tensor_id: int = 
 
 def _explicit_signs(signs, n: int) -> np.ndarray:
     if _is_torch(signs):
-        signs = signs.detach().cpu().numpy()
+        signs = _torch_data(signs, "signs").cpu().numpy()
     arr = np.asarray(signs)
     if arr.dtype == np.bool_ or not np.issubdtype(arr.dtype, np.integer):
         raise SignVectorError(
@@ -144,10 +138,6 @@ def _explicit_signs(signs, n: int) -> np.ndarray:
         raise SignVectorError(
             f"signs array entries must be +1 or -1; entry {int(bad[0])} is {int(arr[bad[0]])}")
     return arr.astype(np.int8)
-
-
-def _is_torch(x) -> bool:
-    return type(x).__module__.startswith("torch") and hasattr(x, "detach")
 
 
 def _signs_kind(signs) -> str:
@@ -643,6 +633,8 @@ def quantize_rotated(x, fmt, profile="ocp", n: int = 32, *, axis: int = -1, sign
     sign_vector, seed, step, tensor_id, method, round_to.
     """
     d = sign_vector(signs, _check_size(n), seed=seed, step=step, tensor_id=tensor_id)
+    if sr_seed is not None:
+        check_int("sr_seed", sr_seed)
     bits, src = as_f32_bits(x, source_dtype=source_dtype, from_float64=from_float64)
     y = rotate(bits.view(np.float32), n, axis=axis, signs=d, method=method, round_to=round_to)
     mx = quantize(y, fmt, profile, axis=axis, seed=sr_seed, **quantize_kwargs)

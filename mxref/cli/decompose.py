@@ -8,6 +8,7 @@ CSV with one row per block and rule. Inputs: .npy (no pickle), .safetensors, Arr
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
 from pathlib import Path
@@ -18,7 +19,7 @@ import numpy as np
 from ..errors import MXRefError
 from ..formats import get_format
 from ..profiles import get_profile
-from .common import fail
+from .common import OutputPathError, fail, prepare_output, write_atomic
 
 SCHEMA = "mxref-decompose/1"
 MAX_PLOT_SECTIONS = 4
@@ -182,24 +183,35 @@ BLOCK_COLUMNS = ("s", "s_ideal", "s_ratio", "n_elements", "n_special", "n_zeroed
                  "energy_error", "energy_signal")
 
 
-def _write_blocks(path, rows_by_section):
-    with open(path, "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(("input", "rule", "block") + BLOCK_COLUMNS)
-        for label, rule, bst in rows_by_section:
-            cols = [np.asarray(bst[c]).reshape(-1) for c in BLOCK_COLUMNS]
-            for i in range(cols[0].size):
-                w.writerow([label, rule, i] + [repr(float(c[i])) if c.dtype.kind == "f"
-                                               else int(c[i]) for c in cols])
+def _blocks_csv(rows_by_section) -> bytes:
+    fh = io.StringIO(newline="")
+    w = csv.writer(fh)
+    w.writerow(("input", "rule", "block") + BLOCK_COLUMNS)
+    for label, rule, bst in rows_by_section:
+        cols = [np.asarray(bst[c]).reshape(-1) for c in BLOCK_COLUMNS]
+        for i in range(cols[0].size):
+            w.writerow([label, rule, i] + [repr(float(c[i])) if c.dtype.kind == "f"
+                                           else int(c[i]) for c in cols])
+    return fh.getvalue().encode()
 
 
-def _plot(path, sections, ratios):
+def _plot_format(path) -> str:
+    """The image format --plot writes (its suffix, PNG without one), checked before the work:
+    matplotlib installed and the format one its Agg canvas writes."""
     try:
         import matplotlib
     except ImportError:
         fail("--plot needs matplotlib: pip install 'mxref[plot]'")
-
     matplotlib.use("Agg")
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    kind = Path(path).suffix[1:].lower() or "png"
+    if kind not in FigureCanvasAgg.get_supported_filetypes():
+        fail(f"--plot {path}: matplotlib cannot write .{kind} images; use .png, .svg or .pdf")
+    return kind
+
+
+def _plot(sections, ratios, kind: str) -> bytes:
     import matplotlib.pyplot as plt
 
     shown = sections[:MAX_PLOT_SECTIONS]
@@ -241,8 +253,18 @@ def _plot(path, sections, ratios):
     if len(sections) > len(shown):
         fig.suptitle(f"first {len(shown)} of {len(sections)} tensors", fontsize=9)
     fig.tight_layout()
-    fig.savefig(path, dpi=90)
+    buf = io.BytesIO()
+    fig.savefig(buf, format=kind, dpi=90)
     plt.close(fig)
+    return buf.getvalue()
+
+
+def _write_output(path, option: str, make) -> None:
+    """Write ``make()``'s bytes to ``path`` atomically; exit 2 naming the option if it fails."""
+    try:
+        write_atomic(path, make())
+    except OSError as e:
+        fail(f"{option} {path}: cannot write: {e}")
 
 
 @click.command("decompose")
@@ -282,6 +304,13 @@ def decompose_cmd(file, dist, fmt, profile, rules, axis, shape, seed, tensor, so
     except MXRefError as e:
         fail(str(e))
     rule_list = _parse_rules(rules, bf.is_nvfp4)
+    plot_kind = _plot_format(plot_path) if plot_path else None
+    try:                      # before the work, so no result is lost at its end
+        for path, option in ((plot_path, "--plot"), (block_path, "--per-block")):
+            if path:
+                prepare_output(path, option)
+    except OutputPathError as e:
+        fail(str(e))
     if dist is not None:
         shp = _parse_shape(shape)
         try:
@@ -314,9 +343,9 @@ def decompose_cmd(file, dist, fmt, profile, rules, axis, shape, seed, tensor, so
             "axis": d.axis, "n_blocks": first["n_blocks"], "n_elements": first["n_elements"],
             "n_special": first["n_special"], "results": results})
     if block_path:
-        _write_blocks(block_path, block_rows)
+        _write_output(block_path, "--per-block", lambda: _blocks_csv(block_rows))
     if plot_path:
-        _plot(plot_path, sections, ratios)
+        _write_output(plot_path, "--plot", lambda: _plot(sections, ratios, plot_kind))
     if as_json:
         doc = {"schema": SCHEMA, "format": bf.name, "profile": prof.name, "rules": rule_list,
                "sections": sections}

@@ -2,6 +2,7 @@
 Numba kernels load inside the commands that quantize)."""
 from __future__ import annotations
 
+import io
 import json
 import sys
 from pathlib import Path
@@ -12,7 +13,7 @@ import numpy as np
 from ..errors import MXRefError
 from ..formats import FORMATS
 from ..profiles import PROFILES, get_profile
-from .common import fail
+from .common import OutputPathError, fail, prepare_output, write_atomic
 
 SAMPLE = Path(__file__).resolve().parents[1] / "data" / "sample_activations_bf16.npy"
 
@@ -83,7 +84,8 @@ def _load_input(path: str | None, source_dtype: str | None):
 @click.option("--source-dtype", type=click.Choice(["float32", "float16", "bfloat16"]),
               help="For raw uint16/uint32 bit-pattern inputs.")
 @click.option("-o", "--out", type=click.Path(dir_okay=False), required=True,
-              help="Output .npz with codes, scales, packed bytes (and tensor_scale).")
+              help="Output .npz with codes, scales, packed bytes (and tensor_scale), written "
+                   "to exactly this path; missing directories are created.")
 @click.option("--force", is_flag=True, help="Overwrite an existing output file.")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON summary.")
 def quantize_cmd(input_path, fmt, profile, axis, source_dtype, out, force, as_json):
@@ -92,6 +94,10 @@ def quantize_cmd(input_path, fmt, profile, axis, source_dtype, out, force, as_js
 
     if Path(out).exists() and not force:
         fail(f"{out} exists; pass --force to overwrite it")
+    try:
+        prepare_output(out, "--out")
+    except OutputPathError as e:
+        fail(str(e))
     arr, src, label = _load_input(input_path, source_dtype)
     try:
         mx = quantize(arr, fmt, profile, axis=axis, source_dtype=src)
@@ -100,7 +106,12 @@ def quantize_cmd(input_path, fmt, profile, axis, source_dtype, out, force, as_js
     payload = {"codes": mx.codes, "scales": mx.scales, "packed": mx.packed()}
     if mx.tensor_scale is not None:
         payload["tensor_scale"] = np.asarray(mx.tensor_scale, dtype=np.float32)
-    np.savez(out, **payload)
+    buf = io.BytesIO()
+    np.savez(buf, **payload)       # to a buffer: np.savez(path) would append .npz to the name
+    try:
+        write_atomic(out, buf.getvalue())
+    except OSError as e:
+        fail(f"--out {out}: cannot write: {e}")
     summary = {"schema": "mxref-quantize/1", "input": label, "shape": list(arr.shape),
                "format": fmt, "profile": mx.profile.name, "axis": mx.axis,
                "blocks": int(mx.scales.size), "nan_blocks": int(_nan_blocks(mx).sum()),
