@@ -197,3 +197,17 @@ def test_backend_stdout_does_not_corrupt_json(tmp_path):
     for chatter in ("import-time chatter", "constructor chatter", "python print",
                     "raw fd 1 write"):
         assert chatter in r.stderr
+
+
+def test_two_reports_into_one_file_are_refused_before_the_run(tmp_path):
+    """Planted (fault probe cli_same_report_path): --json-out and --junit-xml name one file; the
+    run used to exit 0 with the JUnit XML silently overwritten by the JSON."""
+    from click.testing import CliRunner
+
+    from mxref.cli import main
+    same = tmp_path / "same.out"
+    for other in ("--junit-xml", "--dump-mismatches"):
+        r = CliRunner().invoke(main, ["verify", "-b", "numba", "--level", "0", "--ops", "convert",
+                                      "--json-out", str(same), other, str(same)])
+        assert r.exit_code == 2 and "the same path as --json-out" in r.output, r.output
+        assert not same.exists()

@@ -72,6 +72,19 @@ def prepare_output(path, option: str, *, directory: bool = False) -> Path:
     return p
 
 
+def distinct_outputs(named: list[tuple[str, Path]]) -> None:
+    """Refuse two options naming one path: one report would silently overwrite the other.
+    `named`: (option, prepared path) pairs."""
+    seen = {}
+    for option, path in named:
+        key = Path(os.path.realpath(path))
+        for other, okey in seen.items():
+            if key == okey:
+                raise OutputPathError(f"{option} {path}: the same path as {other}; each "
+                                      "report needs its own file")
+        seen[option] = key
+
+
 def write_atomic(path, data: bytes) -> None:
     """Write `data` to `path` through a temporary file in the same directory and os.replace:
     a reader sees the old file or the whole new one, never a torn report."""

@@ -12,6 +12,7 @@ import click
 from ..errors import MXRefError
 from .common import (
     OutputPathError,
+    distinct_outputs,
     prepare_output,
     split_values,
     stdout_to_stderr,
@@ -145,13 +146,14 @@ def verify_cmd(backend_spec, device, root, suite, profiles, ops, classes, format
         if clash:
             _verify_exit(2, f"--jobs {jobs} cannot be combined with {', '.join(clash)} "
                             "(run those with --jobs 1)", as_json, "usage")
-    outputs = []
+    outputs = [(opt, path, is_dir) for opt, path, is_dir in (
+        ("--json-out", json_out, False), ("--junit-xml", junit_xml, False),
+        ("--dump-mismatches", dump_mismatches, not str(dump_mismatches or "").endswith(".arrow")))
+        if path and not (detect_profile and opt != "--json-out")]
     try:
-        for opt, path, is_dir in (("--json-out", json_out, False), ("--junit-xml", junit_xml, False),
-                                  ("--dump-mismatches", dump_mismatches,
-                                   not str(dump_mismatches or "").endswith(".arrow"))):
-            if path and not (detect_profile and opt != "--json-out"):
-                outputs.append(prepare_output(path, opt, directory=is_dir))
+        distinct_outputs([(opt, path) for opt, path, _ in outputs])
+        for opt, path, is_dir in outputs:
+            prepare_output(path, opt, directory=is_dir)
     except OutputPathError as e:
         _verify_exit(2, str(e), as_json, "usage")
     try:
