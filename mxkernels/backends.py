@@ -54,6 +54,7 @@ TORCH_PROFILES = (
     "ocp", "rceil", "torchao_floor", "torchao_rceil", "torchao_ceil", "torchao_even",
     "microxcaling", "triton_kernels_round_up", "triton_kernels_round_down",
     "triton_kernels_ties_up", "rocm_te_mxfp4", "te_mxfp8", "te_nvfp4", "torchao_nvfp4",
+    "gfloat",
 )
 
 
@@ -207,7 +208,8 @@ class TorchBackend(Backend):
 TRITON_PROFILES = (
     "ocp", "rceil", "microxcaling", "torchao_floor", "torchao_rceil", "torchao_ceil",
     "torchao_even", "triton_kernels_round_up", "triton_kernels_round_down",
-    "triton_kernels_ties_up", "rocm_te_mxfp4", "te_mxfp8", "te_nvfp4", "torchao_nvfp4")
+    "triton_kernels_ties_up", "rocm_te_mxfp4", "te_mxfp8", "te_nvfp4", "torchao_nvfp4",
+    "gfloat")
 TRITON_OPS = frozenset(family_ops("quantize") + (
     "rotate", "quantize_rotated", "gemm", "rotated_gemm", "quantize_mx_sr", "quantize_nvfp4_sr",
     "mxfp4_to_fp8", "fp8_to_mxfp4", "reblock"))

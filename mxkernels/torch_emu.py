@@ -356,7 +356,8 @@ def _resolve(fmt, profile):
 # element encoding
 # ---------------------------------------------------------------------------------------------
 def _finish_codes(sign, mag, overflow, is_nan, is_inf, exact_neg_zero, g: _Grid, p, sat=None):
-    """Apply overflow, specials, signed zero and the sign to magnitude codes -> code (int64)."""
+    """Apply overflow (with int8_min), specials, signed zero and the sign to magnitude codes
+    -> code (int64)."""
     sat = p.overflow == "saturate" if sat is None else sat
     ovf = overflow | is_inf
     if sat:
@@ -364,6 +365,8 @@ def _finish_codes(sign, mag, overflow, is_nan, is_inf, exact_neg_zero, g: _Grid,
     else:
         ovf_code = g.inf_code if g.inf_code >= 0 else g.nan_code
     mag = torch.where(ovf, _const(ovf_code, mag), mag)
+    if g.is_int and p.int8_min == "full":    # a negative reaches -(max_code + 1): 0x80 = -2.0
+        mag = torch.where(ovf & sign, _const(g.max_code + 1, mag), mag)
     zero = mag == 0
     if g.is_int:
         code = torch.where(sign, (-mag) & ((1 << g.sign_shift) - 1), mag)

@@ -22,7 +22,8 @@ import triton.language as tl
 
 from mxref import formats as _F
 from mxref.formats import get_format
-from mxref.profiles import INF_POLICIES, OVERFLOWS, ROUNDINGS, SCALE_RULES, SIGNED_ZERO, get_profile
+from mxref.profiles import (INF_POLICIES, OVERFLOWS, ROUNDINGS, SCALE_RULES, SIGNED_ZERO,
+                            get_profile)
 
 # ---- constants (constexpr globals are what a @triton.jit body may read) -------------------
 _F32_INF: tl.constexpr = tl.constexpr(0x7F800000)
@@ -248,8 +249,10 @@ def _f32_min_pos(a, b):
 @triton.jit
 def _finish(code, huge, neg, a, EL_IS_INT: tl.constexpr, EL_MAXCODE: tl.constexpr,
             EL_SIGNBIT: tl.constexpr, EL_NAN: tl.constexpr, EL_INF: tl.constexpr,
-            OVERFLOW: tl.constexpr, SIGNED_ZERO: tl.constexpr):
-    """Overflow policy, signed zeros, sign and specials for magnitude ``code`` of input ``a``."""
+            OVERFLOW: tl.constexpr, SIGNED_ZERO: tl.constexpr, INT8_FULL: tl.constexpr):
+    """Overflow policy, signed zeros, sign and specials for magnitude ``code`` of input ``a``;
+    INT8_FULL (int8_min='full'): a negative integer element that overflowed is
+    -(EL_MAXCODE + 1), MXINT8's 0x80 = -2.0."""
     ovf = (code > EL_MAXCODE) | huge | (a == _F32_INF)
     if OVERFLOW == 0 or (EL_INF < 0 and EL_NAN < 0):
         code = tl.where(ovf, EL_MAXCODE, code)
@@ -258,6 +261,8 @@ def _finish(code, huge, neg, a, EL_IS_INT: tl.constexpr, EL_MAXCODE: tl.constexp
     else:
         code = tl.where(ovf, EL_NAN, code)
     if EL_IS_INT:
+        if INT8_FULL:
+            code = tl.where(ovf & (neg != 0), EL_MAXCODE + 1, code)
         code = tl.where(neg != 0, (-code) & 0xFF, code)
     else:
         if SIGNED_ZERO == 0:          # preserve
@@ -278,7 +283,8 @@ def _finish(code, huge, neg, a, EL_IS_INT: tl.constexpr, EL_MAXCODE: tl.constexp
 def _encode(b, s, EL_IS_INT: tl.constexpr, EL_MBITS: tl.constexpr, EL_EMIN: tl.constexpr,
             EL_BIAS: tl.constexpr, EL_MAXCODE: tl.constexpr, EL_SIGNBIT: tl.constexpr,
             EL_NAN: tl.constexpr, EL_INF: tl.constexpr, ROUNDING: tl.constexpr,
-            OVERFLOW: tl.constexpr, SIGNED_ZERO: tl.constexpr, FLUSH: tl.constexpr):
+            OVERFLOW: tl.constexpr, SIGNED_ZERO: tl.constexpr, FLUSH: tl.constexpr,
+            INT8_FULL: tl.constexpr):
     """Element code (int32) of fp32 bits ``b`` divided by 2^s, exactly, one rounding."""
     neg = (b >> 31) & 1
     a = b & 0x7FFFFFFF
@@ -288,7 +294,7 @@ def _encode(b, s, EL_IS_INT: tl.constexpr, EL_MBITS: tl.constexpr, EL_EMIN: tl.c
     code, huge = _round_sig(sig, e - 23 - s, _false_like(sig), EL_MBITS, EL_EMIN, EL_BIAS,
                             EL_IS_INT, ROUNDING, True)
     return _finish(code, huge, neg, a, EL_IS_INT, EL_MAXCODE, EL_SIGNBIT, EL_NAN, EL_INF,
-                   OVERFLOW, SIGNED_ZERO)
+                   OVERFLOW, SIGNED_ZERO, INT8_FULL)
 
 
 @triton.jit
@@ -405,7 +411,7 @@ def _mx_scale_byte(amax, has_nan, has_inf, EL_EMAX: tl.constexpr, EL_MAXSIG: tl.
 @triton.jit
 def _e4m3_code_of_f32(x):
     """E4M3 code of non-negative fp32 bits x, RNE, satfinite (NaN -> 0x7F)."""
-    return _encode(x, 0, False, 3, -6, 7, 0x7E, 7, 0x7F, -1, 0, 0, 0, False)
+    return _encode(x, 0, False, 3, -6, 7, 0x7E, 7, 0x7F, -1, 0, 0, 0, False, False)
 
 
 @triton.jit
@@ -494,6 +500,7 @@ def profile_constexprs(profile) -> dict:
         "SCALE_OVF_NAN": pr.scale_overflow == "nan",
         "ZEXP": int(pr.zero_scale_elem_exp),
         "RCEIL_LOG2": bool(pr.rceil_f32_log2),
+        "INT8_FULL": pr.int8_min == "full",
     }
 
 

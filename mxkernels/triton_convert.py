@@ -153,7 +153,7 @@ def fp8_to_mxfp4_kernel(
         SCALE_RULE: tl.constexpr, ROUNDING: tl.constexpr, OVERFLOW: tl.constexpr,
         NAN_POISON: tl.constexpr, INF_MODE: tl.constexpr, SIGNED_ZERO: tl.constexpr,
         FLUSH: tl.constexpr, RCEIL_ANY_UP: tl.constexpr, SCALE_OVF_NAN: tl.constexpr,
-        ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr):
+        ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr, INT8_FULL: tl.constexpr):
     """[n_rows, n_cols] FP8 codes with [n_rows, n_groups] E8M0 group bytes (``glen`` elements
     per group) -> MXFP4: E8M0 bytes [n_rows, n_blk] and E2M1 codes, blocks of BLOCK along
     axis 1, BLOCK_ROWS blocks per program."""
@@ -213,7 +213,7 @@ def fp8_to_mxfp4_kernel(
     code = tl.where(fin, code, 0)
     huge = huge & fin
     a_like = tl.where(nan, _INF + 1, tl.where(inf, _INF, tl.where(fin, 1, 0)))
-    code = _finish(code, huge, neg, a_like, False, 7, 3, -1, -1, OVERFLOW, SIGNED_ZERO)
+    code = _finish(code, huge, neg, a_like, False, 7, 3, -1, -1, OVERFLOW, SIGNED_ZERO, False)
     code = tl.where(nan_scale[:, None], 0, code)
     tl.store(out_ptr + r64 * n_cols + cols, code.to(tl.uint8), mask=m)
 
@@ -234,7 +234,7 @@ def reblock_kernel(
         SCALE_RULE: tl.constexpr, ROUNDING: tl.constexpr, OVERFLOW: tl.constexpr,
         NAN_POISON: tl.constexpr, INF_MODE: tl.constexpr, SIGNED_ZERO: tl.constexpr,
         FLUSH: tl.constexpr, RCEIL_ANY_UP: tl.constexpr, SCALE_OVF_NAN: tl.constexpr,
-        ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr):
+        ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr, INT8_FULL: tl.constexpr):
     """[n_rows, n_cols] codes with E8M0 bytes [n_rows, n_sblk] (blocks of SBLOCK along axis
     1) -> the same format quantized along DST_AXIS: codes [n_rows, n_cols] and bytes
     [n_dblk, n_cols] (DST_AXIS 0) or [n_rows, n_dblk] (DST_AXIS 1). A program is a [TR, TC]
@@ -280,7 +280,7 @@ def reblock_kernel(
     se = tl.where(s == -127, ZEXP, s)
     code = _encode(b, tl.expand_dims(se, DST_AXIS), EL_IS_INT, EL_MBITS, EL_EMIN, EL_BIAS,
                    EL_MAXCODE, EL_SIGNBIT, EL_NAN, EL_INF, ROUNDING, OVERFLOW, SIGNED_ZERO,
-                   FLUSH)
+                   FLUSH, INT8_FULL)
     if EL_NAN >= 0:
         fill = EL_NAN
     else:

@@ -76,7 +76,7 @@ def mx_quantize_kernel(
         SCALE_RULE: tl.constexpr, ROUNDING: tl.constexpr, OVERFLOW: tl.constexpr,
         NAN_POISON: tl.constexpr, INF_MODE: tl.constexpr, SIGNED_ZERO: tl.constexpr,
         FLUSH: tl.constexpr, RCEIL_ANY_UP: tl.constexpr, SCALE_OVF_NAN: tl.constexpr,
-        ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr):
+        ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr, INT8_FULL: tl.constexpr):
     """MX block quantization of a contiguous [n_rows, n_cols] bit-pattern array along axis 1.
 
     The program handles BLOCK_ROWS consecutive blocks of the flattened (row, block) order;
@@ -103,7 +103,8 @@ def mx_quantize_kernel(
     # 4. elements at exponent s (byte 0x00: the profile's zero_scale_elem_exp)
     se = tl.where(s == -127, ZEXP, s)
     code = _encode(b, se[:, None], EL_IS_INT, EL_MBITS, EL_EMIN, EL_BIAS, EL_MAXCODE,
-                   EL_SIGNBIT, EL_NAN, EL_INF, ROUNDING, OVERFLOW, SIGNED_ZERO, FLUSH)
+                   EL_SIGNBIT, EL_NAN, EL_INF, ROUNDING, OVERFLOW, SIGNED_ZERO, FLUSH,
+                   INT8_FULL)
     if EL_NAN >= 0:
         fill = EL_NAN
     else:
@@ -178,13 +179,14 @@ def mx_convert_kernel(
         EL_IS_INT: tl.constexpr, EL_MBITS: tl.constexpr, EL_EMIN: tl.constexpr,
         EL_BIAS: tl.constexpr, EL_MAXCODE: tl.constexpr, EL_SIGNBIT: tl.constexpr,
         EL_NAN: tl.constexpr, EL_INF: tl.constexpr, ROUNDING: tl.constexpr,
-        OVERFLOW: tl.constexpr, SIGNED_ZERO: tl.constexpr, FLUSH: tl.constexpr):
+        OVERFLOW: tl.constexpr, SIGNED_ZERO: tl.constexpr, FLUSH: tl.constexpr,
+        INT8_FULL: tl.constexpr):
     """Element conversion alone (scale 2^0) of n contiguous bit patterns."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     m = offs < n
     b = _widen_to_f32(tl.load(x_ptr + offs, mask=m, other=0), SRC)
     code = _encode(b, 0, EL_IS_INT, EL_MBITS, EL_EMIN, EL_BIAS, EL_MAXCODE, EL_SIGNBIT,
-                   EL_NAN, EL_INF, ROUNDING, OVERFLOW, SIGNED_ZERO, FLUSH)
+                   EL_NAN, EL_INF, ROUNDING, OVERFLOW, SIGNED_ZERO, FLUSH, INT8_FULL)
     tl.store(code_ptr + offs, code.to(tl.uint8), mask=m)
 
 
@@ -314,11 +316,11 @@ def nvfp4_quantize_kernel(
         code, huge = _round_sig(q, e, sticky, 1, 0, 1, False, ROUNDING, False)
         code = tl.where((a == 0) | (sc[:, None] == 0), 0, code)
         code = _finish(code, huge, (b >> 31) & 1, a, False, 7, 3, -1, -1, OVERFLOW,
-                       SIGNED_ZERO)
+                       SIGNED_ZERO, False)
     else:
         y = _nvfp4_cast_input(b, sc, t, ORDER, TWO_LEVEL)
         code = _encode(y, 0, False, 1, 0, 1, 7, 3, -1, -1, ROUNDING, OVERFLOW, SIGNED_ZERO,
-                       FLUSH)
+                       FLUSH, False)
     code = tl.where(poison[:, None], 0, code)
     tl.store(code_ptr + offs, code.to(tl.uint8), mask=m)
 
@@ -366,7 +368,7 @@ KERNELS = {
 
 
 _ENCODE_KEYS = ("EL_IS_INT", "EL_MBITS", "EL_EMIN", "EL_BIAS", "EL_MAXCODE", "EL_SIGNBIT",
-                "EL_NAN", "EL_INF", "ROUNDING", "OVERFLOW", "SIGNED_ZERO", "FLUSH")
+                "EL_NAN", "EL_INF", "ROUNDING", "OVERFLOW", "SIGNED_ZERO", "FLUSH", "INT8_FULL")
 _DEQUANT_KEYS = ("EL_IS_INT", "EL_MBITS", "EL_EMIN", "EL_BIAS", "EL_SIGNBIT", "EL_NAN",
                  "EL_INF")
 

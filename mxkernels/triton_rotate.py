@@ -157,7 +157,7 @@ def _mx_blocks(b, EL_IS_INT: tl.constexpr, EL_MBITS: tl.constexpr, EL_EMIN: tl.c
                SCALE_RULE: tl.constexpr, ROUNDING: tl.constexpr, OVERFLOW: tl.constexpr,
                NAN_POISON: tl.constexpr, INF_MODE: tl.constexpr, SIGNED_ZERO: tl.constexpr,
                FLUSH: tl.constexpr, RCEIL_ANY_UP: tl.constexpr, SCALE_OVF_NAN: tl.constexpr,
-               ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr):
+               ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr, INT8_FULL: tl.constexpr):
     """MX quantization of fp32 bits b [nb, QB] (one block per row), exactly the body of
     triton_quant.mx_quantize_kernel: (scale bytes int32 [nb], codes int32 [nb, QB])."""
     a = b & 0x7FFFFFFF
@@ -172,7 +172,8 @@ def _mx_blocks(b, EL_IS_INT: tl.constexpr, EL_MBITS: tl.constexpr, EL_EMIN: tl.c
                                         NAN_POISON, INF_MODE, SCALE_OVF_NAN)
     se = tl.where(s == -127, ZEXP, s)
     code = _encode(b, se[:, None], EL_IS_INT, EL_MBITS, EL_EMIN, EL_BIAS, EL_MAXCODE,
-                   EL_SIGNBIT, EL_NAN, EL_INF, ROUNDING, OVERFLOW, SIGNED_ZERO, FLUSH)
+                   EL_SIGNBIT, EL_NAN, EL_INF, ROUNDING, OVERFLOW, SIGNED_ZERO, FLUSH,
+                   INT8_FULL)
     if EL_NAN >= 0:
         fill = EL_NAN
     else:
@@ -227,7 +228,7 @@ def rotate_mx_quantize_kernel(
         SCALE_RULE: tl.constexpr, ROUNDING: tl.constexpr, OVERFLOW: tl.constexpr,
         NAN_POISON: tl.constexpr, INF_MODE: tl.constexpr, SIGNED_ZERO: tl.constexpr,
         FLUSH: tl.constexpr, RCEIL_ANY_UP: tl.constexpr, SCALE_OVF_NAN: tl.constexpr,
-        ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr,
+        ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr, INT8_FULL: tl.constexpr,
         FAST: tl.constexpr, FILL: tl.constexpr, SATURATE: tl.constexpr):
     """Rotation then MX quantization along the rows of a contiguous [rows, n_cols] array:
     E8M0 bytes [rows, n_blk] (n_blk = ceil(n_cols / BLOCK), a ragged last block zero padded)
@@ -254,7 +255,7 @@ def rotate_mx_quantize_kernel(
                                 EL_EMIN, EL_BIAS, EL_EMAX, EL_MAXCODE, EL_SIGNBIT, EL_NAN,
                                 EL_INF, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE, ROUNDING,
                                 OVERFLOW, NAN_POISON, INF_MODE, SIGNED_ZERO, FLUSH,
-                                RCEIL_ANY_UP, SCALE_OVF_NAN, ZEXP, RCEIL_LOG2)
+                                RCEIL_ANY_UP, SCALE_OVF_NAN, ZEXP, RCEIL_LOG2, INT8_FULL)
     qb = (c * NQ)[:, None] + tl.arange(0, NQ)[None, :]              # [ROWS, NQ]
     sm = g_ok[:, None] & (qb < n_blk)
     soffs = r[:, None] * n_blk + qb
@@ -336,7 +337,7 @@ def rotate_nvfp4_quantize_kernel(
                                 sticky, 1, 0, 1, False, ROUNDING, False)
         code = tl.where((a == 0) | (sc[:, None] == 0), 0, code)
         code = _finish(code, huge, (b >> 31) & 1, a, False, 7, 3, -1, -1, OVERFLOW,
-                       SIGNED_ZERO)
+                       SIGNED_ZERO, False)
     else:
         sval = tl.where(s_nan, _F32_QNAN, _to_f32(s_neg, ss, es))
         if ORDER == 1:
@@ -355,7 +356,7 @@ def rotate_nvfp4_quantize_kernel(
             yy = tl.where((ay <= _F32_INF) & (ay > _F32_SIX), (yy & -2147483648) | _F32_SIX,
                           yy)
         code = _encode(yy, 0, False, 1, 0, 1, 7, 3, -1, -1, ROUNDING, OVERFLOW, SIGNED_ZERO,
-                       FLUSH)
+                       FLUSH, False)
     code = tl.where(poison[:, None], 0, code)
     _store_codes(code_ptr, tl.reshape(code, (ROWS, W)), r, cols, offs, m, n_cols, ROWS, W,
                  PACK4)

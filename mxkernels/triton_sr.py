@@ -170,7 +170,8 @@ def _round_sig_sr(q, exp2, rb, MBITS: tl.constexpr, EMIN: tl.constexpr, BIAS: tl
 def _encode_sr(b, s, rb, EL_IS_INT: tl.constexpr, EL_MBITS: tl.constexpr,
                EL_EMIN: tl.constexpr, EL_BIAS: tl.constexpr, EL_MAXCODE: tl.constexpr,
                EL_SIGNBIT: tl.constexpr, EL_NAN: tl.constexpr, EL_INF: tl.constexpr,
-               OVERFLOW: tl.constexpr, SIGNED_ZERO: tl.constexpr, FLUSH: tl.constexpr):
+               OVERFLOW: tl.constexpr, SIGNED_ZERO: tl.constexpr, FLUSH: tl.constexpr,
+               INT8_FULL: tl.constexpr):
     """Element code (int32) of fp32 bits ``b`` divided by 2^s, stochastically rounded with the
     uint32 words ``rb`` (as triton_quant._encode with its rounding step replaced)."""
     neg = (b >> 31) & 1
@@ -180,7 +181,7 @@ def _encode_sr(b, s, rb, EL_IS_INT: tl.constexpr, EL_MBITS: tl.constexpr,
     sig, e = _normalize(a)
     code, huge = _round_sig_sr(sig, e - 23 - s, rb, EL_MBITS, EL_EMIN, EL_BIAS, EL_IS_INT)
     return _finish(code, huge, neg, a, EL_IS_INT, EL_MAXCODE, EL_SIGNBIT, EL_NAN, EL_INF,
-                   OVERFLOW, SIGNED_ZERO)
+                   OVERFLOW, SIGNED_ZERO, INT8_FULL)
 
 
 # =========================================================================================
@@ -199,7 +200,7 @@ def mx_quantize_sr_kernel(
         SCALE_RULE: tl.constexpr, OVERFLOW: tl.constexpr,
         NAN_POISON: tl.constexpr, INF_MODE: tl.constexpr, SIGNED_ZERO: tl.constexpr,
         FLUSH: tl.constexpr, RCEIL_ANY_UP: tl.constexpr, SCALE_OVF_NAN: tl.constexpr,
-        ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr):
+        ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr, INT8_FULL: tl.constexpr):
     """MX block quantization with stochastic rounding of a contiguous [n_rows, n_cols]
     bit-pattern array along axis 1 (the block axis moved last).
 
@@ -239,7 +240,7 @@ def mx_quantize_sr_kernel(
 
     se = tl.where(s == -127, ZEXP, s)
     code = _encode_sr(b, se[:, None], rb, EL_IS_INT, EL_MBITS, EL_EMIN, EL_BIAS, EL_MAXCODE,
-                      EL_SIGNBIT, EL_NAN, EL_INF, OVERFLOW, SIGNED_ZERO, FLUSH)
+                      EL_SIGNBIT, EL_NAN, EL_INF, OVERFLOW, SIGNED_ZERO, FLUSH, INT8_FULL)
     if EL_NAN >= 0:
         fill = EL_NAN
     else:
@@ -290,11 +291,11 @@ def nvfp4_quantize_sr_kernel(
         code, huge = _round_sig_sr(q, e, rb, 1, 0, 1, False)
         code = tl.where((a == 0) | (sc[:, None] == 0), 0, code)
         code = _finish(code, huge, (b >> 31) & 1, a, False, 7, 3, -1, -1, OVERFLOW,
-                       SIGNED_ZERO)
+                       SIGNED_ZERO, False)
     else:              # the te / torchao fp32 cast input, rounded stochastically
         y = _nvfp4_cast_input(b, sc, t, ORDER, TWO_LEVEL)
         code = _encode_sr(y, 0, rb, False, 1, 0, 1, 7, 3, -1, -1, OVERFLOW, SIGNED_ZERO,
-                          FLUSH)
+                          FLUSH, False)
     code = tl.where(poison[:, None], 0, code)
     tl.store(code_ptr + offs, code.to(tl.uint8), mask=m)
 

@@ -44,6 +44,7 @@ from ._kernels import (
     normalize_f32,
     nvfp4_block_scale,
     round_magnitude,
+    te_4over6_block_scale,
     zero_code,
 )
 from .decompose import (
@@ -437,8 +438,6 @@ def decompose_outlier_fallback(x, fmt="mxfp4", profile="ocp", *, rule="block", t
 
 
 # ==== Four-over-Six NVFP4 ==================================================================
-F32_FOUR = 0x40800000
-F32_SIX = 0x40C00000
 SELECT_MODES = ("mse", "mae", "always6", "always4")
 # float64 block sums decide when |sum6 - sum4| > DECISION_MARGIN * gamma_17 * (sum6 + sum4);
 # the rounding error of each sum is at most gamma_16 times it, so any margin > 1 is rigorous
@@ -449,8 +448,9 @@ DECISION_MARGIN = 4.0
 def _nvfp4_candidate(bits, block, divisor, t, sck, order, fp, e4p, f32p, pp,
                      codes, scales):
     """NVFP4 quantization whose block scale maps the block amax to ``divisor`` (6 is
-    mxref.quantize's own; 4 is the 4/6 alternative). Same op orders as
-    _kernels.quantize_nvfp4 ('exact' and 'te'); only the constant 6 becomes ``divisor``."""
+    mxref.quantize's own; 4 is the 4/6 alternative). 'exact': _kernels.quantize_nvfp4's order
+    with the constant 6 become ``divisor``; 'te': the block scale of TE's Four-over-Six kernel
+    (te_4over6_block_scale, ``sck`` = S_enc), elements as _kernels.quantize_nvfp4's 'te'."""
     rows, n = bits.shape
     nblk = (n + block - 1) // block
     flush = pp[K_FLUSH] != 0
@@ -467,7 +467,10 @@ def _nvfp4_candidate(bits, block, divisor, t, sck, order, fp, e4p, f32p, pp,
                 continue
             if has_inf:
                 amax = F32_INF
-            sc = nvfp4_block_scale(amax, order, True, t, sck, divisor, e4p, f32p, pp)
+            if order == NV_TE:
+                sc = te_4over6_block_scale(amax, sck, divisor, e4p, f32p, pp)
+            else:
+                sc = nvfp4_block_scale(amax, order, True, t, sck, divisor, e4p, f32p, pp)
             scales[r, jb] = sc
             sval = code_to_f32(sc, e4p, f32p)
             inv = f32_min_pos(f32_div(F32_ONE, f32_mul(sval, t, f32p), f32p), F32_MAXBITS)
@@ -497,22 +500,21 @@ def _nvfp4_candidate(bits, block, divisor, t, sck, order, fp, e4p, f32p, pp,
 
 
 def four_over_six_constants(gbits: int, order: str, two_level: bool, bound: int):
-    """fp32 bits (T, S_enc * fl(1/6), S_enc * fl(1/4)) for a tensor amax ``gbits`` and an E4M3
-    bound B (448: mxref.quantize's own; 256 leaves room for the x1.5 of map-to-4):
-    exact: T = fl(amax / (6 B)) (1 for amax 0, 2^-149 on underflow);
-    te: S_enc = min(fl(6 B / amax), FLT_MAX) (1 for amax 0 or S_enc 0), T = fl(1 / S_enc);
+    """fp32 bits (T, K6, K4) for a tensor amax ``gbits`` and an E4M3 bound B (448:
+    mxref.quantize's own; 256 leaves room for the x1.5 of map-to-4):
+    exact: T = fl(amax / (6 B)) (1 for amax 0, 2^-149 on underflow), K unused;
+    te: S_enc = min(fl(6 B / amax), FLT_MAX) (1 for amax 0 or S_enc 0), T = fl(1 / S_enc),
+    K6 = K4 = S_enc (TE's compute_scale_pair starts both candidates from fl(amax / 6) * S_enc);
     single level: T = S_enc = 1."""
     fb = int(np.float32(6 * bound).view(np.uint32))
     one = F32_ONE
     if not two_level:
-        return one, f32_div(one, F32_SIX, _F32P), f32_div(one, F32_FOUR, _F32P)
+        return one, one, one
     if order == "te":
         s_enc = f32_min_pos(f32_div(fb, gbits, _F32P), F32_MAXBITS)
         if gbits == 0 or s_enc == 0:
             s_enc = one
-        t = f32_div(one, s_enc, _F32P)
-        return (t, f32_mul(s_enc, f32_div(one, F32_SIX, _F32P), _F32P),
-                f32_mul(s_enc, f32_div(one, F32_FOUR, _F32P), _F32P))
+        return f32_div(one, s_enc, _F32P), s_enc, s_enc
     t = f32_div(gbits, fb, _F32P)
     if gbits == 0:
         t = one

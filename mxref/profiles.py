@@ -13,7 +13,7 @@ import numpy as np
 
 from .errors import ProfileConflictError, UnknownProfileError
 
-__all__ = ["Profile", "PROFILES", "get_profile", "SCALE_RULES", "ROUNDINGS"]
+__all__ = ["Profile", "PROFILES", "get_profile", "SCALE_RULES", "ROUNDINGS", "INT8_MINS"]
 
 SCALE_RULES = ("floor", "rceil", "ceil", "even", "round_down")
 ROUNDINGS = ("rne", "ties_away", "ties_zero", "stochastic")
@@ -29,6 +29,7 @@ SCALE_OVERFLOW = ("clamp", "nan")            # shared exponent > 127: clamp (OCP
 RAGGED = ("zero_pad", "error")
 NVFP4_ORDERS = ("exact", "te", "torchao")
 NVFP4_SCALE_MIN = ("subnormal", "tiny")      # tiny: clamp the E4M3 block scale to >= 2^-6 (torchao)
+INT8_MINS = ("symmetric", "full")            # MXINT8's smallest code: 0x81 (-127/64) or 0x80 (-2.0)
 
 
 @dataclass(frozen=True)
@@ -55,6 +56,23 @@ class Profile:
     nvfp4_tensor_scale: bool = True
     zero_scale_elem_exp: int = -127    # -126: torchao FLOOR/CEIL/EVEN clamp; 0: torchao RCEIL
     rceil_f32_log2: bool = False       # torchao 0.18 RCEIL: ceil(float32 log2(fl(amax / max)))
+    int8_min: str = "symmetric"
+    """MXINT8's most negative element. ``symmetric``: codes -127..127 (0x81 = -127/64 is the
+    smallest), so a negative x/X below -127/64 rounds and saturates to 0x81, as it does on the
+    positive side. ``full``: the two's complement code 0x80 = -2.0 is reachable; a negative x/X
+    whose magnitude rounds above 127/64 (x/X <= -127.5/64 under RNE: the tie 127.5 picks the
+    even 128) or overflows (-Inf included) gives 0x80, as graphcore gfloat 0.5.2 does
+    (``round_float`` saturates a negative value to ``-fi.min`` = 2.0 for ``format_info_ocp_int8``).
+    Only MXINT8 reads it; decoding 0x80 as -2.0 is the same under both.
+
+    Why ``symmetric`` is the default: the OCP MX v1.0 PDF is not in any source this project
+    can search, so its sentence on the INT8 code 0b1000_0000 could not be quoted here. The
+    only spec reading on record is microxcaling's README (which cites the spec): "Following
+    the OCP MX Formats Specification, MXINT elements utilize 2's complement with the
+    asymmetric maximum negative representation left unused", in line with the spec's INT8
+    element table as recalled (max normal 1 63/64; not re-read here). Nothing on record
+    mandates -2.0, so ``ocp`` keeps ``symmetric`` and its committed corpus is unchanged;
+    ``full`` exists for the stacks that emit 0x80 (``gfloat``)."""
     formats: tuple | None = None       # formats the source stack defines; None: every format
     distinguishing: tuple = field(default_factory=tuple)  # prose: vectors that tell it from ocp
 
@@ -64,7 +82,7 @@ class Profile:
                               ("inf_in_block", INF_POLICIES), ("signed_zero", SIGNED_ZERO),
                               ("ragged", RAGGED), ("rceil_subnormal", RCEIL_SUBNORMAL),
                               ("scale_overflow", SCALE_OVERFLOW), ("nvfp4_order", NVFP4_ORDERS),
-                              ("nvfp4_scale_min", NVFP4_SCALE_MIN)):
+                              ("nvfp4_scale_min", NVFP4_SCALE_MIN), ("int8_min", INT8_MINS)):
             value = getattr(self, knob)
             if value not in allowed:
                 raise ProfileConflictError(
@@ -121,7 +139,7 @@ class Profile:
                 "block scales are E4M3 values chosen by nvfp4_order")
 
     def kernel_params(self) -> np.ndarray:
-        p = np.zeros(14, dtype=np.int64)
+        p = np.zeros(N_KNOBS, dtype=np.int64)
         p[K_SCALE_RULE] = SCALE_RULES.index(self.scale_rule)
         p[K_ROUNDING] = ROUNDINGS.index(self.rounding)
         p[K_OVERFLOW] = OVERFLOWS.index(self.overflow)
@@ -136,11 +154,13 @@ class Profile:
         p[K_NV_TSCALE] = int(self.nvfp4_tensor_scale)
         p[K_ZEXP] = self.zero_scale_elem_exp
         p[K_RCEIL_LOG2] = int(self.rceil_f32_log2)
+        p[K_INT8_MIN] = INT8_MINS.index(self.int8_min)
         return p
 
 
 (K_SCALE_RULE, K_ROUNDING, K_OVERFLOW, K_NAN, K_INF, K_SZERO, K_FLUSH, K_RCEIL_SUB, K_SCALE_OVF,
- K_NV_ORDER, K_NV_MIN, K_NV_TSCALE, K_ZEXP, K_RCEIL_LOG2) = range(14)
+ K_NV_ORDER, K_NV_MIN, K_NV_TSCALE, K_ZEXP, K_RCEIL_LOG2, K_INT8_MIN) = range(15)
+N_KNOBS = 15
 
 _OCP = Profile(
     "ocp",
@@ -197,12 +217,41 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
         distinguishing=("mxfp4 amax 7.0 (significand 1.75): even 0x80, ocp 0x7F",)),
     _OCP.replace(
         name="microxcaling",
-        description="microsoft/microxcaling default MX spec: floor scale, round='nearest' (ties "
-                    "away from zero), saturate_normals, shared exponent > 127 -> NaN.",
-        source="microxcaling mx/elemwise_ops.py::_round_mantissa, mx/mx_ops.py::_shared_exponents; B15",
-        rounding="ties_away", scale_overflow="nan",
+        description="microsoft/microxcaling default MX spec, its C++/CUDA path "
+                    "(quantize_mx_func_cpp and the CUDA kernels): floor scale, round='nearest' "
+                    "(ties away from zero), saturate_normals, shared exponent > 127 -> NaN, "
+                    "every zero element +0.0 (-0.0 never appears).",
+        source="microxcaling mx/elemwise_ops.py::_round_mantissa, mx/mx_ops.py::_shared_exponents; "
+               "B15; zeros: mx/cpp/quantize.cuh::quantize_elemwise (the __host__ __device__ "
+               "element function mx/cpp/funcs.cpp::quantize_mx_func_cpp calls) returns "
+               "`if (tmant == 0) { return 0.0; }` for an input zero and for a mantissa that "
+               "rounds to zero (microsoft/microxcaling@3b429a8)",
+        rounding="ties_away", scale_overflow="nan", signed_zero="never_negative",
         formats=("mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4", "mxint8"),
-        distinguishing=("mxfp4 element 0.25 (scale 2^0): ties_away 0.5 (code 0x1), ocp 0 (0x0)",)),
+        distinguishing=("mxfp4 element 0.25 (scale 2^0): ties_away 0.5 (code 0x1), ocp 0 (0x0)",
+                        "mxfp4 block {4.0, -0.0, -0.125}: scale 0x7F, codes 0x6, 0x0, 0x0 "
+                        "(+0 twice); ocp 0x6, 0x8, 0x8")),
+    _OCP.replace(
+        name="gfloat",
+        description="graphcore-research gfloat 0.5.2 quantize_block(compute_scale_amax) + "
+                    "encode_block (TiesToEven, sat=True): the ocp floor scale; an Inf in a "
+                    "block gives floor(log2 Inf) clipped to 127 (scale 0xFE), the Inf saturates "
+                    "to max normal and the finite elements are divided by 2^127; MXINT8 emits "
+                    "0x80 (-2.0) for x/X <= -127.5/64. NaN into FP4/FP6/INT8 raises in gfloat "
+                    "(kept here as ocp's poison rule; the gfloat backend reports Unsupported). "
+                    "compute_scale_amax takes log2 in the array's dtype: on float64 arrays it "
+                    "is the exact floor this profile uses; on float32 arrays an amax just "
+                    "below a power of two >= 2 rounds up (amax 0x40FFFFFF: floor(log2) 3, not "
+                    "2), not emulated.",
+        source="gfloat 0.5.2 block.py::compute_scale_amax (clip(floor(log2 amax) - emax, "
+               "-127, 127)), block.py::encode_block (sat = True), round.py::round_float "
+               "(amax = -fi.min if sign else fi.max); formats.py::format_info_ocp_int8 "
+               "(is_twos_complement: min -2.0)",
+        inf_in_block="scale_max", int8_min="full",
+        formats=("mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e3m2", "mxfp6_e2m3", "mxfp4", "mxint8"),
+        distinguishing=("mxint8 block {-127.5/64}: scale 0x7F, code 0x80 (-2.0); ocp 0x81",
+                        "mxfp8_e4m3 block {+Inf, 1.0}: scale 0xFE, codes 0x7E (448), 0x00; "
+                        "ocp scale 0xFF")),
     _OCP.replace(
         name="triton_kernels_round_up",
         description="triton_kernels downcast_to_mxfp DEQUANT_SCALE_ROUNDING_MODE=0 (ROUND_UP): "
@@ -250,12 +299,18 @@ PROFILES: dict[str, Profile] = {p.name: p for p in (
         name="te_nvfp4",
         description="TransformerEngine NVFP4 kernel order: S_enc = 2688/amax, block scale "
                     "fl(block_amax * fl(S_enc * fl(1/6))) -> E4M3 RNE satfinite (subnormals "
-                    "allowed); zero tensor -> S_enc = 1; elements RNE satfinite.",
-        source="TE core_nvfp4.cuh; tests reference_nvfp4.py; B18-B20, B23",
+                    "allowed); zero tensor -> S_enc = 1; elements RNE satfinite. "
+                    "Four-over-Six (mxref.corrections) follows TE's own 4over6 kernel: "
+                    "base = fl(fl(block_amax / 6) * S_enc), map-to-6 E4M3(base), map-to-4 "
+                    "E4M3(fl(base * 1.5)).",
+        source="TE core_nvfp4.cuh; tests reference_nvfp4.py; B18-B20, B23; Four-over-Six: "
+               "TE quantize_4over6_nvfp4.cuh::compute_scale_pair",
         nvfp4_order="te", nan_in_block="ignore", inf_in_block="scale_max",
         signed_zero="input_neg_zero_to_pos",
         formats=("nvfp4",),
-        distinguishing=("global_amax 29.5, block_amax 11.0625: te block scale 0x73 (176), exact 0x72",)),
+        distinguishing=("global_amax 29.5, block_amax 11.0625: te block scale 0x73 (176), exact 0x72",
+                        "Four-over-Six, tensor amax 0x42ad2085, block amax 0x3b754369: map-to-4 "
+                        "scale 0x08 (an exact E4M3 tie, RNE); fl(b * fl(S_enc / 4)) gives 0x09")),
     _OCP.replace(
         name="torchao_nvfp4",
         description="torchao 0.18 nvfp4_quantize: per_tensor_scale T = amax/2688, block scale "

@@ -84,14 +84,20 @@ def round_int(x, rounding, rbits=None):
     return fl + int(up)
 
 
-def overflow_code(sign, fmt, overflow):
+def overflow_code(sign, fmt, overflow, int8_min="symmetric"):
     mb, emin, emax, mx, max_code, nan_code, inf_code, width = facts(fmt)
     if fmt == "int8":
         assert overflow == "saturate", "int8 has no Inf/NaN"
-        return (-127) & 0xFF if sign else 127
+        return int8_min_code(int8_min) if sign else 127
     mag = max_code if overflow == "saturate" else inf_code if inf_code is not None else nan_code
     assert mag is not None, f"{fmt} has neither NaN nor Inf"
     return sign << (width - 1) | mag
+
+
+def int8_min_code(int8_min):
+    """Code of the most negative MXINT8 value, two's complement k of k / 64: k = -127 (0x81,
+    -127/64) for 'symmetric', k = -128 (0x80, -2) for 'full'."""
+    return {"symmetric": -127, "full": -128}[int8_min] & 0xFF
 
 
 def nan_or_zero(fmt):
@@ -101,8 +107,10 @@ def nan_or_zero(fmt):
 
 
 def round_to_element(sign, mag, fmt, rounding="rne", overflow="saturate",
-                     signed_zero="preserve", exact_zero_input=False, rbits=None):
-    """Element code of the real (-1)^sign * mag (mag a Fraction >= 0), per the doc."""
+                     signed_zero="preserve", exact_zero_input=False, rbits=None,
+                     int8_min="symmetric"):
+    """Element code of the real (-1)^sign * mag (mag a Fraction >= 0), per the doc; int8_min
+    names the code a negative MXINT8 value beyond -127/64 saturates to (overflow_code)."""
     mb, emin, emax, mx, max_code, nan_code, inf_code, width = facts(fmt)
     if mag == 0:
         n, q = 0, Fraction(1)
@@ -111,7 +119,7 @@ def round_to_element(sign, mag, fmt, rounding="rne", overflow="saturate",
         n = round_int(mag / q, rounding, rbits)
     val = n * q
     if val > mx:
-        return overflow_code(sign, fmt, overflow)
+        return overflow_code(sign, fmt, overflow, int8_min)
     if fmt == "int8":
         return (-n) & 0xFF if sign else n
     if val == 0:
@@ -221,9 +229,11 @@ def element_code(b, s, fmt, knobs, rbits=None):
     if v == "nan":
         return nan_or_zero(fmt)
     if v in ("+inf", "-inf"):
-        return overflow_code(int(v == "-inf"), fmt, knobs["overflow"])
+        return overflow_code(int(v == "-inf"), fmt, knobs["overflow"],
+                             knobs.get("int8_min", "symmetric"))
     return round_to_element(v[0], v[1] / pow2(s), fmt, knobs["rounding"], knobs["overflow"],
-                            knobs["signed_zero"], exact_zero, rbits)
+                            knobs["signed_zero"], exact_zero, rbits,
+                            knobs.get("int8_min", "symmetric"))
 
 
 def quantize_block(bits_list, fmt, knobs, rbits=None):

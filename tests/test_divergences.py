@@ -81,6 +81,23 @@ def test_b15_microxcaling_ties_away():
     assert list(q(x, "mxfp4", "microxcaling").codes[:6]) == [7, 1, 2, 3, 5, 7]
 
 
+def test_microxcaling_cpp_zeros_are_positive():
+    # mx/cpp/quantize.cuh quantize_elemwise: `if (tmant == 0) return 0.0;` -- an input -0.0 and
+    # -0.1 (0.1 < 0.25, half of the smallest E2M1 step at X = 1) both give +0
+    x = block(4.0, -0.0, -0.1)
+    assert list(q(x, "mxfp4", "microxcaling").codes[:3]) == [6, 0, 0]
+    assert list(q(x, "mxfp4", "ocp").codes[:3]) == [6, 8, 8]
+
+
+def test_b27_mxint8_minus_two_only_in_gfloat():
+    # x/X = -127.5/64 is the tie between k = -127 (0x81) and k = -128 (0x80); gfloat's int8
+    # reaches -2.0 and RNE picks the even k; ocp / microxcaling keep -2.0 unused
+    x = block(-127.5 / 64, 1.0)
+    assert q(x, "mxint8", "gfloat").codes[0] == 0x80
+    assert q(x, "mxint8", "ocp").codes[0] == 0x81
+    assert q(x, "mxint8", "microxcaling").codes[0] == 0x81
+
+
 def test_b16_ties_up_fp4():
     x = block(6.0, 0.25, 1.25, 2.5, 5.0)
     r = q(x, "mxfp4", "triton_kernels_ties_up")

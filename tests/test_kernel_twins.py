@@ -95,3 +95,57 @@ def test_block_policy_follows_the_profile(name, has_nan, has_inf):
         assert got == K.shared_exponent(K.F32_INF, fp, pp)
     else:
         assert got == K.shared_exponent(amax, fp, pp) == 0
+
+
+@nb.njit
+def _spec_codes(bits, scales, block, fp, pp, out):
+    """encode_f32 (the spec) of every element at the scale byte its block got."""
+    for k in range(scales.size):
+        s = K.element_exponent(np.int64(scales[k]) - 127, pp)
+        for i in range(block):
+            out[k * block + i] = K.encode_f32(np.int64(bits[k * block + i]), s, fp, pp, 0)
+
+
+def _int8_edge_blocks():
+    """MXINT8 blocks, amax 2^e (scale byte 127 + e), the other elements x/X = +-k/64 and the
+    midpoints +-(k + 1/2)/64 for k in 118..127, each +-1 ulp: the codes 0x81 / 0x80 edge of
+    int8_min, both signs, at scales 2^-120 .. 2^120."""
+    ks = np.arange(118, 128, dtype=np.float64)
+    rel = np.concatenate([ks, ks + 0.5]) / 64
+    rel = np.concatenate([rel, -rel]).astype(np.float32).view(np.uint32).astype(np.int64)
+    rel = np.concatenate([rel - 1, rel, rel + 1]).astype(np.uint32).view(np.float32)
+    rel = rel[np.abs(rel) < 2]
+    rows = []
+    for e in (-120, -60, -1, 0, 1, 60, 120):
+        for lo in range(0, rel.size, 31):
+            blk = np.zeros(32, np.float32)
+            blk[0] = 1.0
+            part = rel[lo:lo + 31]
+            blk[1:1 + part.size] = part
+            rows.append(blk * np.float32(2.0 ** e))
+    return np.stack(rows).view(np.uint32).reshape(-1)
+
+
+@pytest.mark.parametrize("int8_min", ["symmetric", "full"])
+def test_int8_fast_encoder_is_encode_f32(int8_min):
+    """encode_block_fast (quantize_mx_flat's element loop, ``int_full``) against encode_f32
+    (``finish_element``) on MXINT8 at the -127/64 .. -2 edge, under both int8_min values."""
+    prof = get_profile("ocp").replace(name="t", int8_min=int8_min)
+    pp = prof.kernel_params()
+    assert K.flat_ok(pp)
+    el = get_format("mxint8").element
+    fp = el.kernel_params()
+    bits = _int8_edge_blocks()
+    nblk = bits.size // 32
+    codes = np.empty(bits.size, np.uint8)
+    scales = np.empty(nblk, np.uint8)
+    K.quantize_mx_flat(bits, 32, fp, pp, el.midpoint_bits, el.tie_goes_up(prof.rounding), codes,
+                       scales)
+    want = np.empty(bits.size, np.int64)
+    _spec_codes(bits, scales, 32, fp, pp, want)
+    bad = np.flatnonzero(codes != want)
+    assert bad.size == 0, \
+        f"{bad.size} differ, first x bits 0x{int(bits[bad[0]]):08x}: fast 0x{int(codes[bad[0]]):02x}" \
+        f" spec 0x{int(want[bad[0]]):02x}"
+    n80 = int((want == 0x80).sum())
+    assert (n80 > 0) == (int8_min == "full")      # the edge is exercised, on the right side

@@ -227,7 +227,8 @@ def oracle_fast(bits2, fmt, knobs):
     key = np.where(cls == 0, (rel + 4096) << 24 | (m24 >> tz), 0) | cls << 40 | sign << 39
     live = np.broadcast_to((scales != 0xFF)[:, None], key.shape)
     ek, einv = np.unique(key[live], return_inverse=True)
-    memo_id = (el, knobs["rounding"], knobs["overflow"], knobs["signed_zero"])
+    memo_id = (el, knobs["rounding"], knobs["overflow"], knobs["signed_zero"],
+               knobs.get("int8_min", "symmetric"))
     ucodes = []
     for k in ek.tolist():
         mk = memo_id + (k,)
@@ -235,9 +236,11 @@ def oracle_fast(bits2, fmt, knobs):
             c, sg = k >> 40, k >> 39 & 1
             if c == 0:
                 mag_rel = Fraction(k & 0xFFFFFF) * O.pow2((k >> 24 & 0x7FFF) - 4096)
-                _ELEM_MEMO[mk] = O.round_to_element(sg, mag_rel, el, *memo_id[1:], False)
+                _ELEM_MEMO[mk] = O.round_to_element(sg, mag_rel, el, *memo_id[1:4], False,
+                                                    None, memo_id[4])
             elif c == 1:
-                _ELEM_MEMO[mk] = O.round_to_element(sg, Fraction(0), el, *memo_id[1:], True)
+                _ELEM_MEMO[mk] = O.round_to_element(sg, Fraction(0), el, *memo_id[1:4], True,
+                                                    None, memo_id[4])
             else:
                 rep = sg << 31 | (0x7FC00000 if c == 2 else 0x7F800000)
                 _ELEM_MEMO[mk] = O.element_code(rep, 0, el, knobs)

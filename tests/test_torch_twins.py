@@ -1,7 +1,9 @@
 """torch_fast.quantize_mx (float-domain ops) against its spec twin torch_emu.quantize_mx (int64
 bit patterns): the same scale bytes and codes on the fast path's whole domain
 (torch_fast.supports), at every E8M0 byte boundary of the block amax +-1 ulp, with elements on
-every grid midpoint +-1 ulp; and None (fall back) outside the domain."""
+every grid midpoint +-1 ulp; and None (fall back) outside the domain, which holds the element
+knobs ``int8_min`` and ``signed_zero``: those live in torch_emu alone (``_finish_codes``),
+checked against Numba's ``encode_f32`` on their edges."""
 import numpy as np
 import pytest
 import torch
@@ -72,4 +74,37 @@ def test_outside_the_domain_falls_back():
     assert torch_fast.quantize_mx(t, "mxfp4", OCP) is None
     assert torch_fast.quantize_mx(torch.full((1, 32), 2.0 ** -120), "mxfp4", OCP) is None
     assert not torch_fast.supports("mxint8", OCP)
+    assert not torch_fast.supports("mxint8", OCP.replace(name="full", int8_min="full"))
     assert not torch_fast.supports("mxfp4", get_profile("microxcaling"))
+    assert not torch_fast.supports("mxfp4", OCP.replace(name="nn", signed_zero="never_negative"))
+    assert not torch_fast.supports("mxfp4", get_profile("gfloat"))
+
+
+def _knob_edges():
+    """fp32 inputs at the int8_min and signed_zero edges (scale 2^0): +-k/64 and midpoints
+    +-(k + 1/2)/64 for k in 125..129 (+-1 ulp), -2.0, -2.1, +-0.0, tiny values that round
+    to zero, +-Inf, NaN."""
+    ks = np.arange(125, 130, dtype=np.float64)
+    rel = np.concatenate([ks, ks + 0.5]) / 64
+    rel = np.concatenate([rel, -rel, [-2.0, -2.1, 0.0, -0.0, 2.0 ** -12, -(2.0 ** -12)]])
+    b = rel.astype(np.float32).view(np.uint32).astype(np.int64)
+    b = np.concatenate([b - 1, b, b + 1, [0x80000000, 0, 0x7F800000, 0xFF800000, 0x7FC00000]])
+    return np.unique(b.astype(np.uint32))
+
+
+@pytest.mark.parametrize("fmt", ["mxint8", "mxfp4", "mxfp8_e4m3"])
+@pytest.mark.parametrize("name", ["ocp", "microxcaling", "gfloat", "te_nvfp4"])
+def test_element_knobs_are_numba_encode_f32(fmt, name):
+    """torch_emu.convert (``_finish_codes``: int8_min, signed_zero) against Numba's
+    encode_f32: MXINT8 0x80 under int8_min='full' only, +0 for every zero under
+    never_negative, -0.0 inputs under input_neg_zero_to_pos."""
+    from mxref import _kernels as K
+    prof = get_profile(name).replace(name="k", formats=None, nvfp4_order="exact")
+    bits = _knob_edges()
+    got = torch_emu.convert(torch.from_numpy(bits.view(np.int32)), "float32", fmt, prof).numpy()
+    want = np.empty(bits.size, np.uint8)
+    K.encode_elements(bits, 0, get_format(fmt).element.kernel_params(), prof.kernel_params(),
+                      want)
+    bad = np.flatnonzero(got != want)
+    assert bad.size == 0, f"{bad.size} differ, first x bits 0x{int(bits[bad[0]]):08x}: " \
+                          f"torch 0x{int(got[bad[0]]):02x} numba 0x{int(want[bad[0]]):02x}"

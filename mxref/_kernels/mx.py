@@ -16,7 +16,7 @@ from ..formats import P_BIAS, P_EMIN, P_KIND, P_MAXCODE, P_MBITS, P_SIGNBIT
 from ..profiles import K_FLUSH, K_OVERFLOW, K_ROUNDING
 from .f32 import _JIT, F32_INF, F32_QNAN, RNE, STOCHASTIC, TIES_AWAY, njit, to_f32_bits
 from .semantics import (NAN_SCALE, block_amax, block_policy, element_exponent, element_parts,
-                        encode_f32, encode_fast_ok, nan_element_code, overflow_code,
+                        encode_f32, encode_fast_ok, int_full, nan_element_code, overflow_code,
                         scale_thresholds, shared_exponent_thresholds, thresholds_exact)
 
 CHUNK_BLOCKS = 256     # blocks per parallel task: rows of any length spread over the threads
@@ -47,7 +47,7 @@ or32 = _i32_binop("or_")
 
 @njit(inline="always", **_JIT)
 def encode_block_fast(x, out, o, cnt, s, amn, mids, ge, m, emin, bias, maxcode, ovf_code,
-                      signbit, is_int, mode):
+                      signbit, is_int, mode, full):
     """Element codes of the block x[o:o+cnt] (one block, shared exponent ``s`` unbiased, smallest
     magnitude ``amn`` as fp32 bits) into out[o:o+cnt]: RNE / ties_away / ties_zero, signed zeros
     preserved, no flush, finite elements, s >= -126 - emin. Picks the cheapest of three exact,
@@ -60,7 +60,9 @@ def encode_block_fast(x, out, o, cnt, s, amn, mids, ge, m, emin, bias, maxcode, 
     * thresholds (FP4, seven midpoints): the code is the number of
       midpoints below |x|, comparing fp32 bit patterns (monotonic in magnitude) with the
       midpoints scaled by 2^s; a tie is ``>=`` where the upper code wins the tie;
-    * general: the round_magnitude arithmetic written branch-free.
+    * general: the round_magnitude arithmetic written branch-free (the one path of integer
+      formats: ``full`` = :func:`.semantics.int_full` lets a negative code reach
+      maxcode + 1, int8_min='full').
 
     A path is used only where it is exact: s >= -126 - emin (fp32 subnormal inputs then land
     on the target's subnormal grid) and scaled midpoints that are normal fp32 numbers.
@@ -76,6 +78,7 @@ def encode_block_fast(x, out, o, cnt, s, amn, mids, ge, m, emin, bias, maxcode, 
     base = i32(23 - m)
     m32, emin32, bias1 = i32(m), i32(emin), i32(bias - 1)
     maxc, ovfc, sbit = i32(maxcode), i32(ovf_code), i32(signbit)
+    full32 = i32(full)
     zero, one, c23, c25 = i32(0), i32(1), i32(23), i32(25)
     low23, mask = i32(0x7FFFFF), i32(0x7FFFFFFF)
     s = i32(s + 127)                      # biased, as the fp32 exponent field
@@ -121,22 +124,23 @@ def encode_block_fast(x, out, o, cnt, s, amn, mids, ge, m, emin, bias, maxcode, 
                         rne * and32(shr32(sig, rr), one))
             n = shr32(add32(sig, add), rr)
             code = add32(n, fl * shl32(add32(max(ep, emin32), bias1), m32))
+            imag = min(code, add32(maxc, and32(neg, full32)))   # integers saturate
             code = ovfc if code > maxc else code
             fcode = or32(code, shl32(neg, sbit))
-            icode = and32(add32(code ^ -neg, neg), i32(0xFF))
+            icode = and32(add32(imag ^ -neg, neg), i32(0xFF))
             out[o + u64(i)] = icode if is_int else fcode
 
 
 @njit(**_JIT)
 def encode_span_fast(row, out, lo, hi, sh, amn, mids, ge, block, m, emin, bias,
-                     maxcode, ovf_code, signbit, is_int, mode):
+                     maxcode, ovf_code, signbit, is_int, mode, full):
     """encode_block_fast over row[lo:hi], block j at exponent ``sh[j]``, smallest magnitude
     ``amn[j]``."""
     for j in range(sh.size):
         jlo = lo + j * block
         jhi = min(jlo + block, hi)
         encode_block_fast(row, out, np.uint64(jlo), jhi - jlo, sh[j], amn[j], mids, ge, m,
-                          emin, bias, maxcode, ovf_code, signbit, is_int, mode)
+                          emin, bias, maxcode, ovf_code, signbit, is_int, mode, full)
 
 
 @njit(inline="always", **_JIT)
@@ -176,6 +180,7 @@ def quantize_mx(bits, block, fp, pp, rbits, mids, ge, codes, scales):
     signbit = fp[P_SIGNBIT]
     is_int = fp[P_KIND] == 1
     ovf_code = overflow_code(fp, pp[K_OVERFLOW])
+    full = int_full(fp, pp)
     fast_min_s = -126 - emin if not is_int else -1000
     fill = nan_element_code(fp)
     # Scale rule as two thresholds on the 24-bit significand of amax (shared_exponent's twin);
@@ -230,7 +235,8 @@ def quantize_mx(bits, block, fp, pp, rbits, mids, ge, codes, scales):
                     all_fast = False
         if all_fast:
             encode_span_fast(row, out, b0 * block, min(b1 * block, n), sh, amn, mids, ge,
-                             block, m, emin, bias, maxcode, ovf_code, signbit, is_int, mode)
+                             block, m, emin, bias, maxcode, ovf_code, signbit, is_int, mode,
+                             full)
             continue
         for blk in range(b0, b1):
             lo = blk * block
@@ -272,6 +278,7 @@ def quantize_mx_flat(bits, block, fp, pp, mids, ge, codes, scales):
     is_int = fp[P_KIND] == 1
     mode = pp[K_ROUNDING]
     ovf_code = overflow_code(fp, pp[K_OVERFLOW])
+    full = int_full(fp, pp)
     fmin = i32(max(-126 - emin if not is_int else -1000, -128))
     fill = nan_element_code(fp)
     up_thr, down_thr, e_off = scale_thresholds(fp, pp)
@@ -302,7 +309,7 @@ def quantize_mx_flat(bits, block, fp, pp, mids, ge, codes, scales):
                 continue
             scales[k] = np.uint8(e + i32(127))
             encode_block_fast(bits, codes, o, block, e_el, amn, mids, ge, m, emin, bias, maxcode,
-                              ovf_code, signbit, is_int, mode)
+                              ovf_code, signbit, is_int, mode, full)
 
 
 @njit(parallel=True, **_JIT)

@@ -6,6 +6,7 @@ corrections, decompose) call these small functions blindly, handing them the pro
 
 * ``overflow``: :func:`overflow_code` / :func:`finish_code`;
 * ``signed_zero``: :func:`zero_code`; NaN elements of unpoisoned blocks: :func:`nan_element_code`;
+* ``int8_min``: :func:`finish_element` (scalar) and :func:`int_full` (the vectorized encoders);
 * ``flush_fp32_subnormals``: :func:`encode_f32` (elements) and :func:`block_amax` (amax);
 * ``scale_rule``, ``rceil_subnormal``, ``scale_overflow``, ``rceil_f32_log2``:
   :func:`shared_exponent` (the spec) and its fast twin :func:`shared_exponent_thresholds`
@@ -14,7 +15,8 @@ corrections, decompose) call these small functions blindly, handing them the pro
 * ``nan_in_block``, ``inf_in_block``: :func:`block_poisoned`, :func:`nonfinite_policy`,
   :func:`block_policy`;
 * ``zero_scale_elem_exp``: :func:`element_exponent`;
-* ``nvfp4_order``, ``nvfp4_scale_min``: :func:`nvfp4_block_scale`;
+* ``nvfp4_order``, ``nvfp4_scale_min``: :func:`nvfp4_block_scale` (Four-over-Six under the
+  'te' order: :func:`te_4over6_block_scale`);
 * ``rounding``: the ``mode`` argument of :func:`.f32.round_magnitude`.
 
 Format and profile knobs arrive as small int64 vectors (see formats.P_* and profiles.K_*), so
@@ -26,8 +28,9 @@ import numpy as np
 
 from ..formats import (P_BIAS, P_EMAX, P_EMIN, P_EVENTHR, P_INF, P_KIND, P_MAXCODE, P_MAXF32,
                        P_MAXSIG, P_MBITS, P_NAN, P_SIGNBIT)
-from ..profiles import (K_FLUSH, K_INF, K_NAN, K_NV_MIN, K_OVERFLOW, K_RCEIL_SUB, K_ROUNDING,
-                        K_RCEIL_LOG2, K_SCALE_OVF, K_SCALE_RULE, K_SZERO, K_ZEXP)
+from ..profiles import (K_FLUSH, K_INF, K_INT8_MIN, K_NAN, K_NV_MIN, K_OVERFLOW, K_RCEIL_SUB,
+                        K_ROUNDING, K_RCEIL_LOG2, K_SCALE_OVF, K_SCALE_RULE, K_SZERO, K_ZEXP,
+                        N_KNOBS)
 from .f32 import (_JIT, F32_448, F32_E4M3_TINY, F32_INF, F32_MAXBITS, F32_PARAMS, F32_QNAN,
                   F32_SIX, RNE, STOCHASTIC, bit_length, exact_quotient, f32_div, f32_min_pos,
                   f32_mul, f32_parts, njit, normalize_f32, round_magnitude, to_f32_bits)
@@ -42,8 +45,9 @@ SCALE_MAX = 1            # inf_in_block: Inf amax -> 0xFE
 FLOOR, RCEIL, CEIL, EVEN, ROUND_DOWN = 0, 1, 2, 3, 4
 SZ_PRESERVE, SZ_INPUT_TO_POS, SZ_NEVER_NEG = 0, 1, 2
 NV_EXACT, NV_TE, NV_TORCHAO = 0, 1, 2
+INT8_SYMMETRIC, INT8_FULL = 0, 1
 
-SAT_RNE = np.zeros(12, dtype=np.int64)   # profile vector: saturate, RNE, preserve signed zero
+SAT_RNE = np.zeros(N_KNOBS, dtype=np.int64)   # profile vector: saturate, RNE, preserve signed zero
 
 
 # ---- elements: overflow, signed zero, NaN, flush --------------------------------------------
@@ -65,6 +69,23 @@ def finish_code(code, overflowed, neg, fp, overflow_mode):
     if fp[P_KIND] == 1:
         return ((-code) & 0xFF) if neg else code
     return code | (neg << fp[P_SIGNBIT])
+
+
+@njit(**_JIT)
+def int_full(fp, pp):
+    """1 when a negative element may reach the magnitude code max_code + 1: an integer format
+    under int8_min='full' (MXINT8 0x80 = -2.0), else 0."""
+    return 1 if fp[P_KIND] == 1 and pp[K_INT8_MIN] == INT8_FULL else 0
+
+
+@njit(**_JIT)
+def finish_element(code, overflowed, neg, fp, pp):
+    """:func:`finish_code` under the whole profile vector: with :func:`int_full`, a negative
+    element whose magnitude overflowed max_code (rounded to 128 or beyond, or -Inf) is the code
+    of -(max_code + 1), MXINT8's 0x80 (saturation to the format's true minimum)."""
+    if overflowed and neg and int_full(fp, pp) == 1:
+        return (-(fp[P_MAXCODE] + 1)) & 0xFF
+    return finish_code(code, overflowed, neg, fp, pp[K_OVERFLOW])
 
 
 @njit(**_JIT)
@@ -90,7 +111,7 @@ def encode_f32(b, s, fp, pp, rbits):
     if a > F32_INF:
         return nan_element_code(fp)
     if a == F32_INF:
-        return finish_code(0, True, neg, fp, pp[K_OVERFLOW])
+        return finish_element(0, True, neg, fp, pp)
     if a == 0:
         return zero_code(neg, True, fp, pp[K_SZERO])
     ea = a >> 23
@@ -107,7 +128,7 @@ def encode_f32(b, s, fp, pp, rbits):
     code, ovf = round_magnitude(sig, p, exp2, False, fp, pp[K_ROUNDING], rbits)
     if code == 0:
         return zero_code(neg, False, fp, pp[K_SZERO])
-    return finish_code(code, ovf, neg, fp, pp[K_OVERFLOW])
+    return finish_element(code, ovf, neg, fp, pp)
 
 
 @njit(**_JIT)
@@ -354,7 +375,29 @@ def nvfp4_block_scale(bamax, order, two_level, t, sck, divisor, e4p, f32p, pp):
             elif s > F32_448:
                 s = F32_448
         code = encode_f32(s, 0, e4p, SAT_RNE, 0)
+    return nvfp4_scale_floor(code, pp)
+
+
+@njit(**_JIT)
+def nvfp4_scale_floor(code, pp):
+    """nvfp4_scale_min: 'tiny' clamps the E4M3 block scale code to >= 0x08 (2^-6, torchao)."""
     if pp[K_NV_MIN] == 1 and code < 0x08:
-        code = 0x08                    # torchao: clamp to finfo(e4m3).tiny = 2^-6
+        return 0x08
     return code
+
+
+F32_THREE_HALVES = 0x3FC00000
+
+
+@njit(**_JIT)
+def te_4over6_block_scale(bamax, s_enc, divisor, e4p, f32p, pp):
+    """E4M3 code of a Four-over-Six candidate block scale in TransformerEngine's order
+    (quantize_4over6_nvfp4.cuh ``compute_scale_pair``): base = fl(fl(amax / 6) * S_enc);
+    map-to-6 (``divisor`` 6) E4M3(fminf(base, 448)), map-to-4 (``divisor`` 4)
+    E4M3(fminf(fl(base * 1.5), 448)), RNE satfinite. Not TE's plain NVFP4 order
+    (:func:`nvfp4_block_scale` 'te': amax * fl(S_enc * fl(1/6)))."""
+    base = f32_mul(f32_div(bamax, F32_SIX, f32p), s_enc, f32p)
+    if divisor == 4:
+        base = f32_mul(base, F32_THREE_HALVES, f32p)
+    return nvfp4_scale_floor(encode_f32(f32_min_pos(base, F32_448), 0, e4p, SAT_RNE, 0), pp)
 

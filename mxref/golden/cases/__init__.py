@@ -31,9 +31,9 @@ from .base import (  # noqa: F401
                    class_description,
 )
 from .mx import _Ctx, block_cases, classes_for  # noqa: F401
-from .nvfp4 import nvfp4_cases
+from .nvfp4 import nvfp4_cases, te_4over6_order_cases
 from .rotation import HAD_SIZES, ROW, rotation_rows  # noqa: F401
 
 __all__ = ["Case", "SRC_DTYPES", "GENERATOR_VERSION", "ELEMENTS", "CLASS_IDS", "block_cases",
-           "nvfp4_cases", "class_description", "classes_for", "rotation_rows", "ROW",
+           "nvfp4_cases", "te_4over6_order_cases", "class_description", "classes_for", "rotation_rows", "ROW",
            "HAD_SIZES"]

@@ -54,6 +54,26 @@ def _op_order_pairs(src_dtype: str) -> tuple:
     return tuple(out)
 
 
+def te_4over6_order_cases(src_dtype: str, level: int) -> list:
+    """[S3] A Four-over-Six tensor on which TE's candidate-scale order (quantize_4over6_nvfp4.cuh
+    compute_scale_pair: fl(fl(b/6) * S_enc), then fl(that * 1.5)) and the plain NVFP4 order
+    fl(b * fl(S_enc * fl(1/6))) pick different E4M3 bytes (issue 28's worked block: g =
+    0x42ad2085, b = 0x3b754369, S_enc = 6 * 256 / g = 17.744196; TE's map-to-4 byte is 0x08, an
+    exact E4M3 tie, where the plain order gives 0x09). Row 1 holds b and elements
+    k * 2^-6 * fl(1/S_enc), k = 0.5, 1, 2: exact at map-to-4's scale 2^-6 (codes 1, 2, 4), off
+    the grid at map-to-6's, so select='mse' picks map-to-4 and the byte shows the order.
+    fp32 only (the bits are fp32 values); L1."""
+    if src_dtype != "float32" or level < 1:
+        return []
+    f32 = np.float32
+    g, b = np.uint32(0x42AD2085).view(f32), np.uint32(0x3B754369).view(f32)
+    inv = f32(1) / f32(f32(1536) / g)
+    elems = [f32(k * 2.0 ** -6) * inv for k in (0.5, 1.0, 2.0) * 5]
+    x = np.zeros((4, 16), f32)
+    x[0, 0], x[1, 0], x[1, 1:] = g, b, elems
+    return [Case("S3", ("te_4over6_order",), x.reshape(-1).view(np.uint32), _NV_N)]
+
+
 class _NvCtx(_Ctx):
     def __init__(self, src: str, level: int):
         super().__init__("e2m1", src, level, _NV_B)

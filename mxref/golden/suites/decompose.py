@@ -195,7 +195,8 @@ def build_outlier_fallback(spec, cross_check=True):
 
 def build_quantize_4over6(spec, cross_check=True):
     from ...corrections import quantize_nvfp4_4over6
-    cs = C.nvfp4_cases(spec.src_dtype, spec.level)
+    cs = C.nvfp4_cases(spec.src_dtype, spec.level) + \
+        C.te_4over6_order_cases(spec.src_dtype, spec.level)
     rows = []
     for c in cs:
         x, sd = src_view(c.src.astype(np.uint32 if spec.src_dtype == "float32" else np.uint16),
