@@ -57,7 +57,7 @@ class GfloatBackend(Backend):
     name = "gfloat"
     device = "cpu"
     ops = frozenset({"quantize_mx", "quantize_mx_tensor", "convert", "dequantize"})
-    profiles = ("ocp",)
+    profiles = ("gfloat", "ocp")   # its own profile; ocp for convert (no gfloat convert files)
 
     def __init__(self, device: str | None = None):
         if device not in (None, "cpu"):
