@@ -251,9 +251,10 @@ def dequantize(mx: MXTensor | None = None, *, codes=None, scales=None, fmt=None,
     codes = as_code_array("codes", codes)
     scales = as_code_array("scales", scales)
     ax = _normalize_axis(axis, codes.ndim)
-    bs = fmt.block_size if block_size is None else block_size
-    if not fmt.allowed_block_size(bs):
-        raise BlockSizeError(f"block_size={bs!r} is not allowed for {fmt.name}")
+    # a decode takes any block length (FP8 group scales of mxref.fp8fp4 use 1..n); 0 is not
+    # "the default" and is refused, as are non-integers
+    bs = fmt.block_size if block_size is None else check_int("block_size", block_size, minimum=1,
+                                                               error=BlockSizeError)
     if tensor_scale is not None and not fmt.is_nvfp4:
         raise ScaleValueError(f"tensor_scale is NVFP4's; {fmt.name} has no tensor scale")
     tbits = 0x3F800000 if tensor_scale is None else f32_scale_bits(
