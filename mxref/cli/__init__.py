@@ -42,6 +42,7 @@ COMMANDS = {
                "Verify a kernel stack against the golden corpus, bit for bit."),
     "decompose": ("mxref.cli.decompose:decompose_cmd",
                   "Split quantization error into scale bias, deadzone and grid noise."),
+    "scan": ("mxref.cli.scan:scan_cmd", "Audit MX/NVFP4 checkpoints: bad scale bytes, scale rule."),
     "leaderboard": ("mxref.leaderboard.cli:leaderboard_group",
                     "Leaderboard records: run, submit, gate, build, reproduce."),
 }
