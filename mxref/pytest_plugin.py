@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fnmatch
 import shlex
+import warnings
 
 import pytest
 
@@ -28,6 +29,10 @@ MARKERS = {
     "mx_conformance": "a golden-corpus conformance case (mxref); select with -m mx_conformance",
 }
 SHORT = {"float32": "fp32", "bfloat16": "bf16", "float16": "fp16"}
+
+
+class MXRelaxedWarning(UserWarning):
+    """A conformance case passed only under a relaxation its backend claims (not bit-exact)."""
 
 
 def pytest_addoption(parser):
@@ -219,3 +224,8 @@ def check_case(request, case):
     if t["status"] == "xfail":
         pytest.xfail(t.get("reason", "known deviation"))
     assert t["status"] == "pass" and t["mismatched"] == 0 and t["errors"] == 0
+    if t.get("relaxed"):       # passed under a relaxation the backend claims: say so, not bit-exact
+        request.node.user_properties.append(("mxref.relaxed", t["relaxed"]))
+        warnings.warn(f"{gf.relpath} class {cls}: {t['relaxed']} of {t['cases']} cases passed "
+                      "only under the backend's claimed relaxation (scale one step off, codes "
+                      "consistent); not bit-exact", MXRelaxedWarning, stacklevel=1)

@@ -73,10 +73,16 @@ def test_planted_record_has_bits_values_and_fields():
 
 
 def test_detect_profile_names_microxcaling_for_ties_away():
-    d = detect_profile(TiesAway(), ops=["quantize_mx"], formats=["mxfp4", "mxint8"])
+    """microxcaling's C++ path is ties-away *and* writes every zero as +0: the planted TiesAway
+    (which keeps -0) matches no profile; with +0 zeros too it matches microxcaling."""
+    class TiesAwayPosZero(TiesAway):
+        knobs = {"rounding": "ties_away", "signed_zero": "never_negative"}
+    d = detect_profile(TiesAwayPosZero(), ops=["quantize_mx"], formats=["mxfp4", "mxint8"])
     assert d["matches"] == ["microxcaling"]
     ocp = next(r for r in d["profiles"] if r["profile"] == "ocp")
     assert not ocp["match"] and "E2" in ocp["differing_classes"]
+    d = detect_profile(TiesAway(), ops=["quantize_mx"], formats=["mxfp4", "mxint8"])
+    assert d["matches"] == []
 
 
 def test_detect_profile_of_reference_as_rceil():

@@ -79,6 +79,18 @@ fixed behaviour (a third-party stack) may ignore it: ``verify`` only asks a back
 profiles it claims, and ``--detect-profile`` compares the backend's native behaviour with every
 profile's goldens.
 
+A backend may claim *relaxations* in the attribute ``relaxations`` (a tuple of names; default
+none): typed classes of difference it accepts for itself, each reported apart from bit-exact
+(case status ``relaxed``, summary ``relaxed_cases``) and never accepted without the claim.
+
+``"scale_step"``
+    for ``quantize_mx`` / ``quantize_mx_tensor`` (E8M0 scales; not NVFP4): a block's scale byte
+    may be exactly one step from the golden's (2x or 0.5x; neither byte 0xFF, so a poisoned
+    block is still 0xFF exactly), provided every element code of the block is what the
+    golden's profile encodes at the backend's scale (mxref's own element encoder on the source
+    bits). Fused kernels that derive the scale from an amax computed another way (TE vs ROCm
+    TE) differ like this. Two steps, or one step with one inconsistent code, is a mismatch.
+
 A method may raise :class:`Unsupported` for a call it cannot make (a dtype its stack lacks);
 those cases are counted as skipped, never as passed. Any other exception is recorded per case
 as an error. The errors a backend raises (:class:`Unsupported`, :class:`BackendUnavailable`)
@@ -99,6 +111,8 @@ class Backend:
     ops: frozenset = frozenset()
     # profile names the backend claims to implement bit-exactly; ("*",) = every profile
     profiles: tuple = ()
+    # relaxations the backend claims (names in mxref.verify.compare.RELAXATIONS); none = bit-exact
+    relaxations: tuple = ()
 
     def check_available(self) -> None:
         """Raise BackendUnavailable(reason) when the backend cannot run on this machine."""

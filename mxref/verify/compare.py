@@ -3,14 +3,22 @@
 The unit of work is a whole golden file (or a group of its rows sharing call parameters): one
 backend call per group, so harness cost stays small next to the kernels. Every row ends in
 exactly one state: pass, mismatch, error (the backend raised or returned the wrong
-shape/dtype), skipped (the backend raised ``Unsupported`` or lacks the op) or xfail (a mismatch
-an expectations manifest lists). Nothing that did not run is ever counted as passed.
+shape/dtype), skipped (the backend raised ``Unsupported`` or lacks the op), xfail (a mismatch
+an expectations manifest lists) or relaxed (it differs only as a relaxation the backend claims,
+:data:`RELAXATIONS`; counted apart from pass). Nothing that did not run is ever counted as
+passed.
 
 The per-op checks (``verify/checks/<family>.py``) use what is here: :func:`call_backend` and
 :func:`as_array` around each backend call, :class:`Compare` for each field, and a *detail*
 builder per field that turns the first differing element of a row into a mismatch record
 (built only when a record is reported). A detail builder must read only the arrays it was
 given, never variables of an enclosing loop: it runs after the loop has moved on.
+
+A backend may claim a relaxation (attribute ``relaxations``, :func:`claimed_relaxations`): a
+named, typed class of difference it accepts, e.g. ``scale_step`` for fused quantize kernels.
+A check that knows the relaxation excuses exactly the blocks that fit it (``dont_care`` of
+:meth:`Compare.field`) and marks the rows that differed only there with :func:`mark_relaxed`;
+without the claim nothing is excused.
 
 One check has a second mode: a GEMM backend under the ``bound`` contract is held to
 |y - exact| <= the golden's proven bound (:func:`gemm_contract`, :func:`compare_gemm`).
@@ -27,8 +35,10 @@ from ..backends.base import Unsupported
 from . import records as R
 from .select import GoldenFile
 
-PASS, MISMATCH, ERROR, SKIPPED, XFAIL = range(5)
-STATUS_NAMES = ("pass", "mismatch", "error", "skipped", "xfail")
+PASS, MISMATCH, ERROR, SKIPPED, XFAIL, RELAXED = range(6)
+STATUS_NAMES = ("pass", "mismatch", "error", "skipped", "xfail", "relaxed")
+# relaxations a backend may claim (attribute ``relaxations``), with what each accepts
+RELAXATIONS = {"scale_step": "scale one step off, codes consistent"}
 # fields whose compared elements count toward the report's element total
 ELEMENT_FIELDS = ("elems", "dequant", "packed", "butterfly", "exact", "butterfly_bf16", "y",
                   "components")
@@ -202,12 +212,35 @@ class Compare:
         res.elements += len(self.rows) * n_el if name in ELEMENT_FIELDS else 0
         for i in np.nonzero(row_bad)[0]:
             r = int(self.rows[i])
-            if res.status[r] == PASS:
+            if res.status[r] in (PASS, RELAXED):     # a real difference outranks a relaxed one
                 res.status[r] = MISMATCH
             j = int(np.argmax(flat[i]))
             n = int(flat[i].sum())
             res.details.append((r, name, n, _bind(detail, int(i), j)))
         return row_bad
+
+
+def claimed_relaxations(backend) -> frozenset:
+    """The known relaxations the backend claims: its ``relaxations`` attribute, a tuple (list,
+    set) of names from :data:`RELAXATIONS`. Anything else (a bare string, an unknown name)
+    claims nothing, so a mistyped claim can only make the check stricter."""
+    try:
+        claim = getattr(backend, "relaxations", ())
+    except Exception:  # noqa: BLE001 - an attribute that raises claims nothing
+        return frozenset()
+    if not isinstance(claim, (tuple, list, set, frozenset)):
+        return frozenset()
+    return frozenset(n for n in claim if isinstance(n, str) and n in RELAXATIONS)
+
+
+def mark_relaxed(res, rows, excused):
+    """Rows (of `rows`) with an excused block (`excused`: bool [len(rows), ...]) that still
+    pass after every field was compared become RELAXED; a later real difference in the row
+    (another field, the other axis) makes it a mismatch (:meth:`Compare.field`)."""
+    hit = excused.reshape(len(rows), -1).any(axis=1)
+    for r in rows[hit]:
+        if res.status[r] == PASS:
+            res.status[r] = RELAXED
 
 
 def _bind(detail, i, j):

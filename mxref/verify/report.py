@@ -8,6 +8,14 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from .compare import RELAXATIONS
+
+
+def _relaxed_what(doc: dict) -> str:
+    """What the relaxed cases of a report differ by: the backend's claimed relaxations."""
+    claimed = doc["backend"].get("relaxations_claimed") or []
+    return "; ".join(RELAXATIONS.get(n, n) for n in claimed) or "a claimed relaxation"
+
 
 def _side(d: dict | None) -> str:
     if not d:
@@ -50,6 +58,8 @@ def record_text(r: dict) -> str:
     tail = f"  xor {r['xor']}" + (f"  distance {r['code_distance']}"
                                   if r.get("code_distance") is not None else "")
     lines.append(f"    act {_side(r.get('actual'))}{tail}")
+    if r.get("relaxation"):
+        lines.append(f"    {r['relaxation']}")
     if r.get("expectation"):
         lines.append(f"    expected deviation: {r['expectation']}")
     return "\n".join(lines)
@@ -61,22 +71,26 @@ def text_report(doc: dict) -> str:
            f"suite={g['suite']}@{g['suite_version']}  levels={','.join(map(str, g['levels']))}"]
     for n in doc.get("notes", []):
         out.append(f"note: {n}")
+    relaxed = f"relaxed ({_relaxed_what(doc)})"
     agg = {}
     for f in doc["files"]:
-        a = agg.setdefault(f["op"], dict(files=0, cases=0, mismatch=0, error=0, skipped=0, xfail=0))
+        a = agg.setdefault(f["op"], dict(files=0, cases=0, mismatch=0, error=0, skipped=0, xfail=0,
+                                         relaxed=0))
         a["files"] += 1
-        for k in ("cases", "mismatch", "error", "skipped", "xfail"):
-            a[k] += f[k]
+        for k in ("cases", "mismatch", "error", "skipped", "xfail", "relaxed"):
+            a[k] += f.get(k, 0)
     for op, a in agg.items():
         verdict = ("FAIL" if a["mismatch"] or a["error"] else
-                   "SKIP" if a["skipped"] == a["cases"] else "ok")
-        extra = ", ".join(f"{a[k]} {k}" for k in ("mismatch", "error", "skipped", "xfail") if a[k])
+                   "SKIP" if a["skipped"] == a["cases"] else "RELAXED" if a["relaxed"] else "ok")
+        extra = ", ".join(f"{a[k]} {relaxed if k == 'relaxed' else k}"
+                          for k in ("mismatch", "error", "skipped", "xfail", "relaxed") if a[k])
         out.append(f"{op:<20} {a['files']:>4} files {a['cases']:>7} cases  {verdict}"
                    + (f" ({extra})" if extra else ""))
     for mode, c in s.get("by_check", {}).items():
-        if mode == "bitexact" and len(s["by_check"]) == 1:
+        if mode == "bitexact" and len(s["by_check"]) == 1 and not c.get("relaxed"):
             break                          # the common case: say nothing extra
         line = (f"check {mode:<9} {c['cases']:>7} cases: {c['passed']} pass, {c['failed']} fail"
+                + (f", {c['relaxed']} {relaxed}" if c.get("relaxed") else "")
                 + (f", {c['skipped']} skipped" if c["skipped"] else ""))
         if c.get("ulp"):
             hist = " ".join(f"{k}:{v}" for k, v in c["ulp"]["hist"].items() if v)
@@ -88,6 +102,8 @@ def text_report(doc: dict) -> str:
         if f["status"] in ("fail", "error"):
             out.append(f"  {f['status'].upper():<5} {f['path']}: {f['mismatch']} mismatched, "
                        f"{f['error']} errors of {f['cases']}")
+        elif f["status"] == "relaxed":
+            out.append(f"  RELAXED {f['path']}: {f['relaxed']} {relaxed} of {f['cases']}")
     for e in doc["errors"]:
         out.append(f"  ERROR {e['file']}: {e['cases']} cases ({', '.join(e['classes'])}): {e['reason']}")
     for r in doc["mismatches"]:
@@ -102,6 +118,7 @@ def text_report(doc: dict) -> str:
     fields = ", ".join(f"{k}:{v}" for k, v in s["by_field"].items())
     out.append(f"Summary: {s['cases']} cases in {s['files']} files, {s['elements']} elements; "
                f"{s['mismatched_cases']} mismatched" + (f" ({cls})" if cls else "")
+               + (f"; {s['relaxed_cases']} {relaxed}" if s.get("relaxed_cases") else "")
                + (f" [differing elements, xfail included: {fields}]" if fields else "")
                + f"; {s['error_cases']} errors; {s['xfail']} xfail; {s['xpass']} xpass; "
                f"{s['skipped_unsupported']} skipped; exit {doc['exit_code']}")
@@ -120,6 +137,8 @@ def detect_text(d: dict) -> str:
             verdict = f"MATCH ({', '.join(r['formats'])})"
         else:
             verdict = "differs: " + " ".join(f"{c}({n})" for c, n in r["differing_classes"].items())
+            if r.get("relaxed"):
+                verdict += f" relaxed({r['relaxed']}, not bit-exact)"
         out.append(f"{r['profile']:<26} {r['cases']:>7} {r['ran']:>7} "
                    f"{r['mismatched'] + r['errors']:>7}  {verdict}")
     out.append("matches: " + (", ".join(d["matches"]) or "none"))
@@ -152,6 +171,12 @@ def junit_xml(doc: dict, tests: dict) -> bytes:
         elif t["status"] in ("skipped", "xfail"):
             skip += 1
             ET.SubElement(case, "skipped", message=t.get("reason", t["status"]))
+        elif t.get("relaxed"):              # passed, but only under the backend's claim
+            props = ET.SubElement(case, "properties")
+            ET.SubElement(props, "property", name="mxref.relaxed", value=str(t["relaxed"]))
+            ET.SubElement(case, "system-out").text = (
+                f"{t['relaxed']} of {t['cases']} cases relaxed ({_relaxed_what(doc)}), "
+                "accepted under the backend's claimed relaxation; not bit-exact")
     suite.set("tests", str(n))
     suite.set("failures", str(fail))
     suite.set("errors", str(err))

@@ -7,7 +7,8 @@ summed into one report.
 :func:`verify` returns a :class:`VerifyReport` whose ``to_json()`` is the ``mxref-verify/1``
 document and whose ``exit_code`` is what the CLI exits with:
 
-0 every selected case bit-exact (xfails allowed); 1 mismatches, backend errors, or XPASS under
+0 every selected case bit-exact (xfails allowed, and cases relaxed under a relaxation the
+backend claims: status ``relaxed``, counted in ``relaxed_cases``); 1 mismatches, backend errors, or XPASS under
 ``strict_xpass``; 3 golden integrity; 4 backend unavailable or nothing it could run; 5 nothing
 selected. (2, usage, is the CLI's.)
 """
@@ -29,7 +30,8 @@ from ..golden.store import column_numpy
 from ..ops import FAMILIES, PROFILE_FREE_OPS, family_ops
 from ..profiles import PROFILES
 from ..provenance import git_state
-from .compare import ERROR, MISMATCH, PASS, SKIPPED, XFAIL, FileResult
+from .compare import (ERROR, MISMATCH, PASS, RELAXED, SKIPPED, XFAIL, FileResult,
+                      claimed_relaxations)
 from .select import (GoldenFile, default_golden_root, open_checked, plan_files, select_files,
                      shard_of)
 
@@ -76,6 +78,7 @@ def _describe(backend) -> dict:
     d.setdefault("device", str(getattr(backend, "device", "?")))
     d["ops"] = sorted(getattr(backend, "ops", ()))
     d["profiles_claimed"] = list(getattr(backend, "profiles", ()))
+    d["relaxations_claimed"] = sorted(claimed_relaxations(backend))
     return d
 
 
@@ -141,7 +144,8 @@ class _Run:
         self.files, self.records, self.errors = [], [], []
         self.by_class, self.by_field, self.by_check = {}, {}, {}
         self.totals = dict(cases=0, elements=0, passed_cases=0, mismatched_cases=0,
-                           error_cases=0, mismatched_elements=0, xfail=0, skipped_unsupported=0)
+                           error_cases=0, mismatched_elements=0, xfail=0, skipped_unsupported=0,
+                           relaxed_cases=0)
         self.tests = {}
         self.truncated = False
 
@@ -190,6 +194,7 @@ class _Run:
         t["error_cases"] += counts["error"]
         t["xfail"] += counts["xfail"]
         t["skipped_unsupported"] += counts["skipped"]
+        t["relaxed_cases"] += counts["relaxed"]
         for fld, fr in res.field_rows.items():
             n_el = res.field_elems.get(fld, 0)
             if n_el:
@@ -197,20 +202,22 @@ class _Run:
                 t["mismatched_elements"] += n_el
         uniq, inv = np.unique(res.classes, return_inverse=True)
         per = {code: np.bincount(inv[sel], weights=(st[sel] == code), minlength=len(uniq)).astype(int)
-               for code in (PASS, MISMATCH, ERROR, SKIPPED, XFAIL)}
+               for code in (PASS, MISMATCH, ERROR, SKIPPED, XFAIL, RELAXED)}
         n_cls = np.bincount(inv[sel], minlength=len(uniq))
         for k, cls in enumerate(uniq):
             if not n_cls[k]:
                 continue
             c = self.by_class.setdefault(str(cls), dict(cases=0, mismatched=0, errors=0,
-                                                        skipped=0, xfail=0))
+                                                        skipped=0, xfail=0, relaxed=0))
             c["cases"] += int(n_cls[k])
             c["mismatched"] += int(per[MISMATCH][k])
             c["errors"] += int(per[ERROR][k])
             c["skipped"] += int(per[SKIPPED][k])
             c["xfail"] += int(per[XFAIL][k])
+            c["relaxed"] += int(per[RELAXED][k])
         status = ("error" if counts["error"] else "fail" if counts["mismatch"] else
-                  "skipped" if counts["skipped"] == int(sel.sum()) else "pass")
+                  "skipped" if counts["skipped"] == int(sel.sum()) else
+                  "relaxed" if counts["relaxed"] else "pass")
         self.files.append({"path": gf.relpath, "op": gf.op, "format": gf.fmt,
                            "profile": gf.profile, "run_as": profile_asked,
                            "src_dtype": gf.src_dtype, "level": gf.level, "status": status,
@@ -219,12 +226,13 @@ class _Run:
                            **({"ulp": res.ulp} if res.ulp else {}),
                            **({"notes": res.notes} if res.notes else {})})
         bc = self.by_check.setdefault(res.check_mode, dict(cases=0, passed=0, failed=0,
-                                                          skipped=0, xfail=0))
+                                                          skipped=0, xfail=0, relaxed=0))
         bc["cases"] += int(sel.sum())
         bc["passed"] += counts["pass"]
         bc["failed"] += counts["mismatch"] + counts["error"]
         bc["skipped"] += counts["skipped"]
         bc["xfail"] += counts["xfail"]
+        bc["relaxed"] += counts["relaxed"]
         if res.ulp:
             u = bc.setdefault("ulp", {"max_ulp": 0.0, "hist": {}})
             u["max_ulp"] = max(u["max_ulp"], res.ulp["max_ulp"])
@@ -240,17 +248,17 @@ class _Run:
                                 "classes": sorted({str(res.classes[r]) for r in rows}),
                                 "first_case_id": f"0x{int(res.case_ids[rows[0]]):016x}"})
         # one test per (file, class), as the pytest suite and JUnit see them
-        first = {}
+        first, first_of = {}, {}
         details = sorted(res.details, key=lambda d: (d[0], d[1]))
-        for row, fld, n, build in details:
+        for k, (row, fld, n, build) in enumerate(details):
             if st[row] != MISMATCH:
                 continue
             cls = str(res.classes[row])
             if cls not in first:
-                first[cls] = self._record(res, table, row, fld, n, build)
+                first[cls], first_of[cls] = self._record(res, table, row, fld, n, build), k
             if self.max_errors == 0 or len(self.records) < self.max_errors:
-                self.records.append(first[cls] if first[cls]["row"] == row and
-                                    first[cls]["field"] == fld else
+                # (one row may hold two details of a field: quantize_mx_tensor's two axes)
+                self.records.append(first[cls] if first_of[cls] == k else
                                     self._record(res, table, row, fld, n, build))
             else:
                 self.truncated = True
@@ -262,7 +270,7 @@ class _Run:
                      "src_dtype": gf.src_dtype, "level": gf.level, "class": str(cls),
                      "cases": int(n_cls[k]), "mismatched": int(per[MISMATCH][k]),
                      "errors": int(per[ERROR][k]), "xfail": int(per[XFAIL][k]),
-                     "skipped": int(per[SKIPPED][k])}
+                     "skipped": int(per[SKIPPED][k]), "relaxed": int(per[RELAXED][k])}
             if entry["errors"] or entry["skipped"] == entry["cases"] or entry["xfail"]:
                 m = sel & (inv == k)
             if entry["errors"]:
@@ -295,7 +303,8 @@ def _outcome(t: dict, xpass: list, strict_xpass: bool) -> tuple[int, str]:
         return EXIT_FAIL, "fail"
     if xpass and strict_xpass:
         return EXIT_FAIL, "xpass"
-    return EXIT_OK, "pass"
+    # relaxed cases exist only where the backend claims the relaxation: exit 0, but never "pass"
+    return EXIT_OK, "relaxed" if t.get("relaxed_cases") else "pass"
 
 
 def merge_reports(docs: list, *, max_errors: int, strict_xpass: bool = False,
@@ -309,7 +318,7 @@ def merge_reports(docs: list, *, max_errors: int, strict_xpass: bool = False,
         raise ValueError("no shard reports to merge")
     first = docs[0]
     keys = ("cases", "elements", "passed_cases", "mismatched_cases", "error_cases",
-            "mismatched_elements", "xfail", "skipped_unsupported")
+            "mismatched_elements", "xfail", "skipped_unsupported", "relaxed_cases")
     t = {k: sum(int(d["summary"][k]) for d in docs) for k in keys}
     by_class: dict = {}
     by_field: dict = {}
@@ -456,10 +465,11 @@ def detect_profile(backend, *, root=None, levels=(1,), ops=None, formats=None, s
                 if v["mismatched"] + v["errors"]}
         rows.append({"profile": p, "files": s["files"], "cases": s["cases"], "ran": ran,
                      "mismatched": s["mismatched_cases"], "errors": s["error_cases"],
-                     "skipped": s["skipped_unsupported"],
+                     "skipped": s["skipped_unsupported"], "relaxed": s["relaxed_cases"],
                      "formats": sorted({f["format"] for f in rep.doc["files"]
                                         if f["cases"] > f["skipped"]}),
-                     "match": ran > 0 and not s["mismatched_cases"] and not s["error_cases"],
+                     "match": ran > 0 and not s["mismatched_cases"] and not s["error_cases"]
+                     and not s["relaxed_cases"],          # a match is bit for bit
                      "differing_classes": dict(sorted(diff.items())),
                      "example": (rep.doc["mismatches"] or [None])[0]})
     matches = [r["profile"] for r in rows if r["match"]]
