@@ -148,11 +148,11 @@ def test_lazy_public_api_unchanged():
 
 def test_generate_without_ml_dtypes_says_what_to_install(monkeypatch):
     """The core install has no ml_dtypes; the corpus generator needs it for bfloat16."""
-    import mxref.golden.generate as G
+    import mxref.golden.regenerate as R
 
     def missing(*a, **k):
         raise ModuleNotFoundError("No module named 'ml_dtypes'", name="ml_dtypes")
-    monkeypatch.setattr(G, "regenerate_check", missing)
+    monkeypatch.setattr(R, "regenerate_check", missing)
     r = CliRunner().invoke(main, ["generate", "--check", "--level", "0"])
     assert r.exit_code == 2 and "pip install ml_dtypes" in r.output
 

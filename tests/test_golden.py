@@ -12,6 +12,7 @@ from click.testing import CliRunner
 import oracle as O
 from mxref.cli import main
 from mxref.golden import generate as G
+from mxref.golden.regenerate import regenerate_check
 from mxref.golden import manifest as M
 from mxref.golden import store
 from mxref.golden.store import GoldenIntegrityError, column_numpy, read_golden
@@ -36,7 +37,7 @@ def test_corpus_size_budget():
 @pytest.mark.parametrize("level", [0, 1])
 def test_regeneration_matches_manifest_content(level):
     """CI regenerates L0/L1 and compares decoded content; also the coverage tripwire."""
-    problems = G.regenerate_check(ROOT, [level])
+    problems = regenerate_check(ROOT, [level])
     assert not problems, "\n".join(map(str, problems[:10]))
 
 
@@ -152,7 +153,7 @@ def test_coverage_shrink_tripwire(corpus):
     cls = next(iter(doc["files"][rel]["classes"]))
     doc["files"][rel]["classes"][cls] += 1          # the manifest says we used to have more
     (corpus / "MANIFEST.json").write_text(json.dumps(doc))
-    problems = G.regenerate_check(corpus, [0], ops=["quantize_mx"])
+    problems = regenerate_check(corpus, [0], ops=["quantize_mx"])
     assert any(p.check == "coverage" and cls in p.detail for p in problems)
 
 

@@ -52,7 +52,8 @@ def generate_cmd(ops, levels, root, check, as_json):
     OUT/.mxref-generate.lock until it ends (and then removes it): a second generate into the same
     folder exits 3 naming the holder's pid, and the manifest is rewritten atomically.
     """
-    from ..golden.generate import file_specs, generate, regenerate_check
+    from ..golden.generate import file_specs, generate
+    from ..golden.regenerate import regenerate_check
     from ..golden.store import GoldenIntegrityError
 
     ops = ops or None

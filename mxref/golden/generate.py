@@ -1,7 +1,8 @@
 """The corpus driver: for every op of :data:`mxref.ops.OPS`, its family's writer gives the files
 of a level (``specs``) and their columns (``build``); this module writes them with their
 manifest, under a lock on the output folder. The checks of a corpus (the generator-source hash,
-the committed files, a regeneration: :func:`regenerate_check`) are in :mod:`.manifest`.
+the committed files) are in :mod:`.manifest`, a regeneration (``generate --check``) in
+:mod:`.regenerate`.
 """
 from __future__ import annotations
 
@@ -14,7 +15,6 @@ from ..ops import FAMILIES, OP_NAMES, family_ops
 from . import cases as C
 from .columns import FileSpec, check_columns, coverage, file_meta, generator_source_sha256
 from .manifest import MANIFEST, generation_lock, load_manifest, write_manifest
-from .manifest import regenerate_check  # noqa: F401  (the CLI and tests call it from here)
 from .suites import decompose, fp8fp4, gemm, quantize, rotate, sr
 from .writer import FORMAT_VERSION, SUITE_VERSION, content_hash, sha256_bytes, write_golden
 

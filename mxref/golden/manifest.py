@@ -4,7 +4,7 @@ a generate run.
 The read side (not a generator source: changing it does not regenerate the corpus). The three
 drift checks (conformance_anchors C.4): :func:`check` compares the generator-source hash recorded
 in the manifest and every committed file (bytes, decoded content, rows) with the manifest;
-:func:`regenerate_check` regenerates files in memory and compares their content with the manifest
+:func:`.regenerate.regenerate_check` regenerates files in memory and compares their content with the manifest
 and with the committed files. The manifest is validated by :func:`load_manifest` before any of it
 is used: every malformed part is a :class:`GoldenIntegrityError` (exit 3) naming it.
 """
@@ -16,11 +16,9 @@ import re
 from contextlib import contextmanager
 from pathlib import Path
 
-import pyarrow as pa
-
 from .columns import generator_source_sha256
-from .store import (FORMAT_VERSION, MAX_FILE_BYTES, GoldenIntegrityError, content_hash,
-                    key_problem, open_verified)
+from .store import (FORMAT_VERSION, MAX_FILE_BYTES, GoldenIntegrityError, key_problem,
+                    open_verified)
 
 MANIFEST = "MANIFEST.json"
 #: held (fcntl.flock) by a generate run for its whole length; removed when the run ends
@@ -132,53 +130,6 @@ def check(root: Path, sources=True) -> list[GoldenIntegrityError]:
             open_verified(root, rel, entry)
         except GoldenIntegrityError as e:
             problems.append(e)
-    return problems
-
-
-def regenerate_check(root: Path, levels, ops=None) -> list[GoldenIntegrityError]:
-    """Regenerate every file of the given levels (and ops) in memory and compare its decoded
-    content, rows and class counts with the manifest; every committed file of those levels is
-    checked against the manifest too (bytes, content, rows), so regenerated and committed
-    content agree through it."""
-    from .generate import build_file, file_specs     # the driver imports this module
-
-    root = Path(root)
-    try:
-        doc = load_manifest(root)
-    except GoldenIntegrityError as e:
-        return [e]
-    problems = []
-    want = {rel: e for rel, e in doc["files"].items() if e["level"] in set(levels)
-            and (ops is None or e["op"] in ops)}
-    seen = set()
-    for spec in (s for lv in levels for s in file_specs(lv, ops)):
-        res = build_file(spec, None, cross_check=False)
-        if res is None:
-            continue
-        seen.add(spec.relpath)
-        data, rows, cov = res
-        path, entry = root / spec.relpath, want.get(spec.relpath)
-        if entry is None:
-            problems.append(GoldenIntegrityError(
-                path, "manifest", "the generator produces this file; the manifest lacks it"))
-            continue
-        if content_hash(pa.ipc.open_file(pa.BufferReader(data)).read_all()) != entry["sha256_content"]:
-            problems.append(GoldenIntegrityError(path, "sha256 content",
-                                                 "regenerated content differs from MANIFEST.json"))
-        if rows != entry["rows"]:
-            problems.append(GoldenIntegrityError(
-                path, "rows", f"regenerated {rows} rows, MANIFEST.json says {entry['rows']}"))
-        for cls, n in entry["classes"].items():
-            if cov.get(cls, 0) < n:
-                problems.append(GoldenIntegrityError(
-                    path, "coverage", f"class {cls} shrank from {n} to {cov.get(cls, 0)} rows"))
-        try:
-            open_verified(root, spec.relpath, entry)
-        except GoldenIntegrityError as e:
-            problems.append(e)
-    for rel in sorted(set(want) - seen):
-        problems.append(GoldenIntegrityError(root / rel, "generator",
-                                             "in MANIFEST.json but no longer generated"))
     return problems
 
 
