@@ -82,7 +82,25 @@ _ML_ELEM = {"mxfp8_e4m3": "float8_e4m3fn", "mxfp8_e5m2": "float8_e5m2",
             "mxfp4": "float4_e2m1fn", "nvfp4": "float4_e2m1fn"}
 
 
-class MlDtypesBackend(Backend):
+class _CpuPeer(Backend):
+    """A third-party stack run on the CPU: refuses any other device and reports the installed
+    distribution's version (``dist``; "unavailable" when it is missing: check_available then
+    says why it cannot run)."""
+
+    device = "cpu"
+    dist = ""
+
+    def __init__(self, device: str | None = None):
+        if device not in (None, "cpu"):
+            raise BackendUnavailable(f"{self.name} runs on the CPU only, not {device!r}")
+        try:
+            from importlib.metadata import version
+            self.version = version(self.dist)
+        except Exception:  # noqa: BLE001 - not installed (or broken metadata)
+            self.version = "unavailable"
+
+
+class MlDtypesBackend(_CpuPeer):
     """ml_dtypes element casts (``convert``) and decodes (``dequantize``).
 
     ``convert``: the source bit patterns are viewed as ``np.float32`` / ``ml_dtypes.bfloat16`` /
@@ -101,19 +119,9 @@ class MlDtypesBackend(Backend):
     decided by ml_dtypes' own decoders.
     """
 
-    name = "ml_dtypes"
-    device = "cpu"
+    name = dist = "ml_dtypes"
     ops = frozenset({"convert", "dequantize"})
     profiles = ("ocp",)
-
-    def __init__(self, device: str | None = None):
-        if device not in (None, "cpu"):
-            raise BackendUnavailable(f"ml_dtypes runs on the CPU only, not {device!r}")
-        try:
-            import ml_dtypes
-            self.version = ml_dtypes.__version__
-        except ImportError:
-            self.version = "unavailable"
 
     def check_available(self) -> None:
         try:

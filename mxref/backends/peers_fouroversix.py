@@ -25,27 +25,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Backend, BackendUnavailable, Unsupported
-from .peers import _check_src, _to_torch, _unpack_fp4
+from .base import BackendUnavailable, Unsupported
+from .peers import _check_src, _CpuPeer, _to_torch, _unpack_fp4
 
 
-class FouroversixBackend(Backend):
+class FouroversixBackend(_CpuPeer):
     """fouroversix's PyTorch reference NVFP4 / Four-over-Six quantizer (module docstring)."""
 
-    name = "fouroversix"
-    device = "cpu"
+    name = dist = "fouroversix"
     ops = frozenset({"quantize_nvfp4", "quantize_4over6"})
     profiles = ("te_nvfp4",)
-
-    def __init__(self, device: str | None = None):
-        if device not in (None, "cpu"):
-            raise BackendUnavailable(f"the fouroversix adapter runs its PyTorch reference on the "
-                                     f"CPU only, not {device!r}")
-        try:
-            from importlib.metadata import version
-            self.version = version("fouroversix")
-        except Exception:  # noqa: BLE001 - check_available says why it cannot run
-            self.version = "unavailable"
 
     def check_available(self) -> None:
         try:

@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .base import Backend, BackendUnavailable, Unsupported
-from .peers import _check_src, _fmt
+from .base import BackendUnavailable, Unsupported
+from .peers import _check_src, _CpuPeer, _fmt
 
 REFUSED = 0xFF   # written where gfloat refused to encode a value (see the module docstring)
 
@@ -51,22 +51,12 @@ def _to_f64(src: np.ndarray, src_dtype: str) -> np.ndarray:
         return src.view(view[src_dtype]).astype(np.float64)
 
 
-class GfloatBackend(Backend):
+class GfloatBackend(_CpuPeer):
     """gfloat's MX block encoder, element encoder and decoders (see the module docstring)."""
 
-    name = "gfloat"
-    device = "cpu"
+    name = dist = "gfloat"
     ops = frozenset({"quantize_mx", "quantize_mx_tensor", "convert", "dequantize"})
     profiles = ("gfloat", "ocp")   # its own profile; ocp for convert (no gfloat convert files)
-
-    def __init__(self, device: str | None = None):
-        if device not in (None, "cpu"):
-            raise BackendUnavailable(f"gfloat runs on the CPU only, not {device!r}")
-        try:
-            from importlib.metadata import version
-            self.version = version("gfloat")
-        except Exception:  # noqa: BLE001 - check_available says why it cannot run
-            self.version = "unavailable"
 
     def check_available(self) -> None:
         try:
