@@ -326,3 +326,18 @@ def test_cli_claim_reaches_the_judge_through_isolation():
     code, doc = runs["StepUpClaimed"]
     assert code == 0 and doc["status"] == "relaxed" and doc["summary"]["relaxed_cases"] == n
     assert doc["backend"]["relaxations_claimed"] == ["scale_step"]
+
+
+def test_pytest_plugin_warns_on_relaxed_cases():
+    """Under the plugin a relaxed class passes (the backend claims it) but is never silent: an
+    MXRelaxedWarning names it. Planted: without the warning the run would read as bit-exact."""
+    env = dict(os.environ, CI="true", PYTHONPATH=str(Path(__file__).parent) + os.pathsep
+               + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "--pyargs", "mxref.conformance", "--mxref-backend=test_relaxation:"
+                        "StepUpClaimed", "--mxref-level=0", "--mxref-ops=quantize_mx",
+                        "--mxref-format=mxfp4", "--mxref-src-dtype=float32",
+                        "--mxref-profile=ocp", "-W", "error::mxref.pytest_plugin.MXRelaxedWarning"],
+                       capture_output=True, text=True, env=env, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1 and "MXRelaxedWarning" in out and "not bit-exact" in out, out[-3000:]
