@@ -61,6 +61,9 @@ def pytest_addoption(parser):
                 help="run the backend inside pytest's process (debugging), as verify's "
                      "--in-process; by default it runs in a worker process, so an exit, crash "
                      "or hang in the backend fails its cases instead of ending the session")
+    g.addoption("--mxref-no-relax", action="store_true", default=False,
+                help="bit-exact or nothing, as verify's --no-relax: the backend's claimed "
+                     "relaxations are ignored, so a case that fits one fails")
 
 
 def pytest_configure(config):
@@ -111,6 +114,9 @@ class _Session:
                 from .verify.isolate import IsolatedBackend
                 self.backend = IsolatedBackend(self.backend_spec, self.device,
                                                timeout=opt("--mxref-timeout"))
+            if opt("--mxref-no-relax"):
+                from .verify.compare import NoRelaxations
+                self.backend = NoRelaxations(self.backend)
             check_backend(self.backend)
             _, files = select_files(self.root, levels=self.levels, ops=self.ops,
                                     profiles=self.profiles, formats=self.formats,

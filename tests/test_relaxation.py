@@ -341,3 +341,39 @@ def test_pytest_plugin_warns_on_relaxed_cases():
                        capture_output=True, text=True, env=env, timeout=600)
     out = r.stdout + r.stderr
     assert r.returncode == 1 and "MXRelaxedWarning" in out and "not bit-exact" in out, out[-3000:]
+
+
+# ---- --no-relax: bit-exact or nothing, whatever the backend claims ----------------------------
+def test_no_relax_turns_a_claimed_step_back_into_mismatches():
+    b = StepUpClaimed()
+    rep = verify(b, ops=OPS, no_relax=True, **SEL)
+    s = rep.doc["summary"]
+    assert rep.exit_code == 1 and rep.doc["status"] == "fail"
+    assert s["relaxed_cases"] == 0
+    assert s["mismatched_cases"] == _affected(b, "quantize_mx") + \
+        _affected(b, "quantize_mx_tensor") > 0
+    assert rep.doc["backend"]["relaxations_claimed"] == []
+    assert rep.doc["backend"]["relaxations_refused"] == ["scale_step"]
+
+
+def test_cli_and_plugin_no_relax_fail_a_claimed_step():
+    """verify --no-relax (through -j 2 shard workers, so the option crosses to them) and the
+    plugin's --mxref-no-relax: the claimed step fails. Without the option both pass (above)."""
+    env = dict(os.environ, CI="true", PYTHONPATH=str(Path(__file__).parent) + os.pathsep
+               + os.environ.get("PYTHONPATH", ""))
+    r = subprocess.run([sys.executable, "-m", "mxref", "verify", "--level", "0", "--ops",
+                        "quantize_mx", "-f", ",".join(FMTS), "-p", "ocp", "--no-progress",
+                        "--json", "-j", "2", "--no-relax", "-b", "test_relaxation:StepUpClaimed"],
+                       capture_output=True, text=True, env=env, timeout=600)
+    doc = json.loads(r.stdout)
+    assert r.returncode == 1, r.stderr[-2000:]
+    assert doc["summary"]["relaxed_cases"] == 0
+    assert doc["summary"]["mismatched_cases"] == _affected(StepUp(), "quantize_mx") > 0
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                        "--pyargs", "mxref.conformance", "--mxref-backend=test_relaxation:"
+                        "StepUpClaimed", "--mxref-level=0", "--mxref-ops=quantize_mx",
+                        "--mxref-format=mxfp4", "--mxref-src-dtype=float32",
+                        "--mxref-profile=ocp", "--mxref-no-relax"],
+                       capture_output=True, text=True, env=env, timeout=600)
+    out = r.stdout + r.stderr
+    assert r.returncode == 1 and "failed" in out and "MXRelaxedWarning" not in out, out[-3000:]

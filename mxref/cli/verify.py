@@ -89,12 +89,16 @@ def _verify_exit(code: int, msg: str, as_json: bool, status: str):
                    "exit, crash, signal or hang in the backend is a reported error, never a "
                    "pass; in-process, os._exit or a segfault ends mxref too, and --timeout "
                    "does not apply.")
+@click.option("--no-relax", is_flag=True,
+              help="Bit-exact or nothing: ignore the relaxations the backend claims (e.g. "
+                   "scale_step), so a block that fits one is a mismatch (exit 1). The claim is "
+                   "still recorded in the report (relaxations_refused).")
 @click.option("--no-progress", is_flag=True, help="No progress bar (also off when not a TTY or CI=true).")
 @click.option("--list-backends", is_flag=True, help="List known backend names and exit.")
 def verify_cmd(backend_spec, device, root, suite, profiles, ops, classes, formats, src_dtypes,
                levels, max_errors, as_json, json_out, junit_xml, expectations_path, strict_xpass,
-               detect_profile, dump_mismatches, jobs, shard, timeout, in_process, no_progress,
-               list_backends):
+               detect_profile, dump_mismatches, jobs, shard, timeout, in_process, no_relax,
+               no_progress, list_backends):
     """Verify a kernel stack against the golden corpus, bit for bit.
 
     Exit codes: 0 every selected case bit-exact (expected xfails allowed); 1 mismatches or
@@ -208,7 +212,7 @@ def verify_cmd(backend_spec, device, root, suite, profiles, ops, classes, format
                      "formats": formats, "src_dtypes": src_dtypes, "classes": classes,
                      "suite": suite, "max_errors": max_errors,
                      "expectations_path": expectations_path, "strict_xpass": strict_xpass,
-                     "isolate": not in_process, "timeout": timeout},
+                     "isolate": not in_process, "timeout": timeout, "no_relax": no_relax},
                     jobs, progress=lambda rel, i, n: bar.update(1),
                     planned=[f.relpath for f in planned])
                 code = d["exit_code"]
@@ -217,7 +221,7 @@ def verify_cmd(backend_spec, device, root, suite, profiles, ops, classes, format
                              formats=formats, src_dtypes=src_dtypes, classes=classes, suite=suite,
                              max_errors=max_errors, expectations=expectations,
                              strict_xpass=strict_xpass, progress=progress, dump=dumps,
-                             shard=shard_kn)
+                             shard=shard_kn, no_relax=no_relax)
                 d, code = rep.doc, rep.exit_code
     except SelectionError as e:
         _verify_exit(2, str(e), as_json, "usage")

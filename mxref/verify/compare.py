@@ -233,6 +233,31 @@ def claimed_relaxations(backend) -> frozenset:
     return frozenset(n for n in claim if isinstance(n, str) and n in RELAXATIONS)
 
 
+class NoRelaxations:
+    """A backend seen without its relaxation claims (``verify --no-relax``, the plugin's
+    ``--mxref-no-relax``): every call goes to the backend unchanged, but
+    :func:`claimed_relaxations` finds nothing, so a block that fits a claimed relaxation is a
+    mismatch like any other difference. What it claimed stays in the report
+    (``relaxations_refused``)."""
+
+    relaxations = ()
+
+    def __init__(self, inner):
+        self._inner = inner
+
+    @property
+    def inner(self):
+        return self._inner
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+def refuse_relaxations(backend, refuse: bool):
+    """``backend`` itself, or wrapped in :class:`NoRelaxations` when ``refuse``."""
+    return NoRelaxations(backend) if refuse and not isinstance(backend, NoRelaxations) else backend
+
+
 def mark_relaxed(res, rows, excused):
     """Rows (of `rows`) with an excused block (`excused`: bool [len(rows), ...]) that still
     pass after every field was compared become RELAXED; a later real difference in the row

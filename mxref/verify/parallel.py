@@ -120,7 +120,7 @@ def _worker(spec_path: str, k: int) -> int:
                      classes=spec.get("classes"), suite=spec.get("suite"),
                      max_errors=spec.get("max_errors", 20), expectations=exps,
                      strict_xpass=bool(spec.get("strict_xpass")), progress=progress,
-                     shard=(k, int(spec["jobs"])))
+                     shard=(k, int(spec["jobs"])), no_relax=bool(spec.get("no_relax")))
         out.write_text(json.dumps(rep.doc))
         return 0
     except Exception as e:  # noqa: BLE001 - reported to the parent, which raises

@@ -31,7 +31,7 @@ from ..ops import FAMILIES, PROFILE_FREE_OPS, family_ops
 from ..profiles import PROFILES
 from ..provenance import git_state
 from .compare import (ERROR, MISMATCH, PASS, RELAXED, SKIPPED, XFAIL, FileResult,
-                      claimed_relaxations)
+                      claimed_relaxations, NoRelaxations, refuse_relaxations)
 from .select import (GoldenFile, default_golden_root, open_checked, plan_files, select_files,
                      shard_of)
 
@@ -79,6 +79,8 @@ def _describe(backend) -> dict:
     d["ops"] = sorted(getattr(backend, "ops", ()))
     d["profiles_claimed"] = list(getattr(backend, "profiles", ()))
     d["relaxations_claimed"] = sorted(claimed_relaxations(backend))
+    if isinstance(backend, NoRelaxations):      # --no-relax: the claim is recorded, not honoured
+        d["relaxations_refused"] = sorted(claimed_relaxations(backend.inner))
     return d
 
 
@@ -377,9 +379,11 @@ def merge_reports(docs: list, *, max_errors: int, strict_xpass: bool = False,
 def verify(backend, *, root=None, levels=(1,), ops=None, profiles=None, formats=None,
            src_dtypes=None, classes=None, suite=None, max_errors=20, expectations=None,
            strict_xpass=False, progress=None, run_as=None, dump=None, only=None,
-           shard=None) -> VerifyReport:
+           shard=None, no_relax=False) -> VerifyReport:
     """Run `backend` over the selected golden files.
 
+    no_relax: ignore the relaxations the backend claims (``verify --no-relax``): every
+    difference is a mismatch, bit-exact or nothing.
     run_as: ask the backend for this profile on every file instead of the file's own profile
     (used by detect_profile; files are still compared with their own expected bits).
     only: a set of golden relpaths to restrict to (the pytest plugin runs one file at a time).
@@ -390,6 +394,7 @@ def verify(backend, *, root=None, levels=(1,), ops=None, profiles=None, formats=
     raise SelectionError (usage, exit 2).
     """
     root = Path(root) if root else default_golden_root()
+    backend = refuse_relaxations(backend, no_relax)
     check_backend(backend)
     doc, files = select_files(root, levels=levels, ops=ops, profiles=profiles, formats=formats,
                               src_dtypes=src_dtypes, classes=classes, suite=suite)
