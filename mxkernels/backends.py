@@ -54,8 +54,11 @@ TORCH_PROFILES = (
     "ocp", "rceil", "torchao_floor", "torchao_rceil", "torchao_ceil", "torchao_even",
     "microxcaling", "triton_kernels_round_up", "triton_kernels_round_down",
     "triton_kernels_ties_up", "rocm_te_mxfp4", "te_mxfp8", "te_nvfp4", "torchao_nvfp4",
-    "gfloat",
+    "gfloat", "triton_kernels_nvfp4", "te_nvfp4_row", "te_nvfp4_2d",
 )
+TORCH_PROFILES += ("dsv4", "dsv4_vllm")     # amax_floor: torch_emu (tests/test_profile_dsv4.py)
+TORCH_PROFILES += ("amd_gfx950",)   # nan_element: torch_emu (tests/test_profile_amd_gfx950.py)
+TORCH_PROFILES += ("microxcaling_torch",)  # tests/test_profile_microxcaling_torch.py
 
 
 def _emu():
@@ -209,7 +212,11 @@ TRITON_PROFILES = (
     "ocp", "rceil", "microxcaling", "torchao_floor", "torchao_rceil", "torchao_ceil",
     "torchao_even", "triton_kernels_round_up", "triton_kernels_round_down",
     "triton_kernels_ties_up", "rocm_te_mxfp4", "te_mxfp8", "te_nvfp4", "torchao_nvfp4",
-    "gfloat")
+    "gfloat", "triton_kernels_nvfp4")
+# (te_nvfp4_row / te_nvfp4_2d: the Triton NVFP4 kernels raise Unsupported, not claimed)
+TRITON_PROFILES += ("dsv4", "dsv4_vllm")    # amax_floor: mx_quantize, rotate_mx_quantize
+TRITON_PROFILES += ("amd_gfx950",)  # nan_element: mx_quantize, mx_convert (others refuse)
+TRITON_PROFILES += ("microxcaling_torch",)  # mx_quantize, rotate_mx_quantize (others refuse)
 TRITON_OPS = frozenset(family_ops("quantize") + (
     "rotate", "quantize_rotated", "gemm", "rotated_gemm", "quantize_mx_sr", "quantize_nvfp4_sr",
     "mxfp4_to_fp8", "fp8_to_mxfp4", "reblock"))
@@ -384,6 +391,35 @@ class TritonBackend(Backend):
         scales, codes = self._run(lambda tq: tq.mx_quantize(x, fmt, profile, axis=axis,
                                                             src_dtype=src_dtype))
         return self._np(scales, np.uint8), self._np(codes, np.uint8)
+
+    def timed_quantize_mx(self, x, *, fmt, profile, axis):
+        """The timing entry (mxref/backends/base.py): the kernel ``quantize_mx`` runs for this
+        input, on device tensors. The production fast kernel where it applies (FP4 codes packed,
+        as bench/gpu_kernels.py times it), else the generic kernel (unpacked codes). ``run()``
+        launches it once and returns its (scales, codes) device tensors."""
+        if fmt not in FORMATS or FORMATS[fmt].is_nvfp4:
+            raise Unsupported(f"quantize_mx takes an MX format, not {fmt!r}")
+        self._check_profile(profile, fmt)
+        tq, torch = self._ready()
+        src = {torch.float32: "float32", torch.bfloat16: "bfloat16",
+               torch.float16: "float16"}.get(x.dtype)
+        if src is None:
+            raise Unsupported(f"source tensor dtype {x.dtype} is not float32/bfloat16/float16")
+        fast = tq.modules.get("triton_fast")
+        if self._fast and fast is not None and x.ndim == 2 and \
+                fast.supports(fmt, profile, src, axis):
+            packed = FORMATS[fmt].element.bits == 4
+
+            def launch(tq):
+                return fast.quantize_fast(x, fmt, profile, axis=axis, packed=packed)
+        else:
+            def launch(tq):
+                return tq.mx_quantize(x, fmt, profile, axis=axis)
+        self._run(launch)                   # compile / autotune outside the timed region
+
+        def run():
+            return self._run(launch)
+        return run
 
     def quantize_nvfp4(self, src, *, src_dtype, profile):
         self._check_profile(profile, "nvfp4")

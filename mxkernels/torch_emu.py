@@ -377,6 +377,11 @@ def _finish_codes(sign, mag, overflow, is_nan, is_inf, exact_neg_zero, g: _Grid,
         elif p.signed_zero == "input_neg_zero_to_pos":
             sbit = sbit & ~(zero & exact_neg_zero)
         code = mag | _shl(sbit.to(_I64), g.sign_shift)
+    if p.nan_element == "signed_max" and not g.is_int:
+        # AMD gfx950 (fcbx::nan): max normal (NaN code where the format has one) with the sign
+        nan_mag = g.nan_code if g.nan_code >= 0 else g.max_code
+        signed = _const(nan_mag, code) | _shl(sign.to(_I64), g.sign_shift)
+        return torch.where(is_nan, signed, code)
     nan_code = g.nan_code if g.nan_code >= 0 else 0
     return torch.where(is_nan, _const(nan_code, code), code)
 
@@ -389,7 +394,22 @@ def _encode_scaled(bits, sexp, g: _Grid, p, rounding=None, rbits=None):
     is_inf = a == _INF
     sig, e = _split(torch.where(is_nan | is_inf, torch.zeros_like(a), a))
     mag, ovf = _round_grid(sig, e - sexp, None, g, rounding or p.rounding, rbits)
-    return _finish_codes(sign, mag, ovf, is_nan, is_inf, a == 0, g, p)
+    exact_zero = a == 0
+    if p.element_round_f32:
+        # microxcaling torch: A = fl32(x / 2^s) is 0 (an exact zero, +0) iff x / 2^s <= 2^-150;
+        # floor(fl32(|A| / quantum + 0.5)) differs from ties-away only at |A| / quantum =
+        # 0.5 - 2^-25 (sig 2^24 - 1 at 2^-25 quanta), where it gives one quantum
+        bl = _bitlen(sig)
+        top = bl - 1 + e - sexp
+        pow2 = sig == _shl(torch.ones_like(sig), torch.clamp(bl - 1, 0, 30))
+        under = (sig > 0) & ((top < -150) | ((top == -150) & pow2))
+        qexp = -g.mbits if g.is_int else g.emin - g.mbits
+        bump = (sig == (1 << 24) - 1) & (e - sexp == qexp - 25)
+        mag = torch.where(bump, torch.ones_like(mag), mag)
+        mag = torch.where(under, torch.zeros_like(mag), mag)
+        ovf = ovf & ~under
+        exact_zero = exact_zero | under
+    return _finish_codes(sign, mag, ovf, is_nan, is_inf, exact_zero, g, p)
 
 
 def _flush(bits, p):
@@ -428,7 +448,9 @@ def _shared_exp(amax, g: _Grid, p):
     sig24 = torch.where(sub, _shl(man, torch.clamp(24 - bl, 0, 24)), man | (1 << 23))
     base = big_e - g.emax
     rule = p.scale_rule
-    if rule == "floor":
+    if rule == "floor" and p.scale_log2_f32:
+        s = _floor_f32_log2(big_e, sig24) - g.emax
+    elif rule == "floor":
         s = base
     elif rule == "rceil":
         s = base + (sig24 > g.max_sig24).to(_I64)
@@ -454,6 +476,23 @@ def _shared_exp(amax, g: _Grid, p):
         low = s <= -126
         s = torch.where(low, torch.where(nonzero_q, _const(-126, s), _const(-127, s)), s)
     return torch.where(amax == 0, _const(-127, s), s)
+
+
+def _floor_f32_log2(big_e, sig24):
+    """floor(fl32(log2(sig24 * 2^(big_e - 23)))) on integers (microxcaling torch,
+    scale_log2_f32): the log2 of an amax just below 2^j rounds up to j iff
+    d = 2^24 - sig24 < ln2 * 2^(24 - t) (to first order; the next term is below 2^-10 and every
+    bound's fractional part is >= 0.09), 2^-t half an ulp of the float32 binade next to j on
+    log2's side: t = 24 - floor(log2 j) + [j a power of two] for j > 0, 24 - floor(log2 |j|)
+    for j < 0; j = 0 never."""
+    j = big_e + 1
+    aj = j.abs()
+    b = _bitlen(aj) - 1
+    pow2 = (j > 0) & ((aj & (aj - 1)) == 0)
+    t = torch.clamp(24 - b + pow2.to(_I64), 17, 40)
+    dmax = _shr(torch.full_like(t, _LN2_Q64 >> 24), t + 16)      # floor(ln2 * 2^(24 - t))
+    up = (j != 0) & (sig24 != (1 << 23)) & (((1 << 24) - sig24) <= dmax)
+    return big_e + up.to(_I64)
 
 
 def _rceil_f32_log2(amax, g: _Grid):
@@ -515,6 +554,7 @@ def quantize_mx(x, src_dtype: str | None = None, fmt="mxfp8_e4m3", profile="ocp"
     if f.is_nvfp4:
         raise UnknownFormatError(f"{f.name} is not an E8M0 MX format; use quantize_nvfp4")
     bits = _flush(to_f32_bits(x, src_dtype, from_float64), p)
+    p.check_source_dtype(src_dtype if src_dtype is not None else _FLOAT_SRC.get(x.dtype, "float32"))
     g = _grid(f.element.name)
     bs = p.block_size or f.block_size
     if not f.allowed_block_size(bs):
@@ -560,6 +600,10 @@ def _quantize_blocks(blocks, g: _Grid, p, rbits=None):
     is_inf = a == _INF
     finite = a < _INF
     amax = torch.where(finite, a, torch.zeros_like(a)).amax(-1)
+    if p.amax_floor:                 # amax_floor (DeepSeek-V4): the rule reads max(amax, floor)
+        amax = torch.clamp(amax, min=p.amax_floor)
+    if p.zero_block_amax == "min_normal":   # microxcaling torch: amax + 2^-126 * (amax == 0)
+        amax = torch.where(amax == 0, _const(0x00800000, amax), amax)
     has_nan = is_nan.any(-1)
     has_inf = is_inf.any(-1)
     poison = _block_poisoned(has_nan, has_inf, p)
@@ -662,10 +706,19 @@ def quantize_nvfp4(x, src_dtype: str | None = None, profile="ocp", *, batch_dims
     bs = p.block_size or f.block_size
     if not f.allowed_block_size(bs):
         raise BlockSizeError(f"block size {bs} is not allowed for nvfp4 (16 only)")
+    if p.nvfp4_amax_scope == "row":
+        # TE row-scaled NVFP4: every row (vector along the last axis) is its own tensor
+        if global_amax is not None:
+            raise ProfileConflictError(f"global_amax given but profile {p.name!r} "
+                                       "(nvfp4_amax_scope='row') takes each row's own amax")
+        batch_dims = bits.ndim - 1
     bshape = tuple(bits.shape[:batch_dims])
     nbatch = 1
     for d in bshape:
         nbatch *= d
+    if p.nvfp4_tile_2d:
+        return _nvfp4_tiles_2d(bits, p, nbatch, batch_dims, bshape, global_amax, rand_bits,
+                               generator)
     blocks, n = _block_view(bits, bits.ndim - 1, bs, p.ragged)
     per = 1
     for d in blocks.shape[batch_dims:-1]:
@@ -687,6 +740,48 @@ def quantize_nvfp4(x, src_dtype: str | None = None, profile="ocp", *, batch_dims
     nb = -(-n // bs)
     scales = scales.reshape(*bits.shape[:-1], nb).to(torch.uint8)
     codes = codes.reshape(*bits.shape[:-1], nb * bs)[..., :n].to(torch.uint8)
+    return scales.contiguous(), codes.contiguous(), _to_i32(ts).reshape(bshape)
+
+
+def _ga_bits(global_amax, bits, nbatch):
+    ga = global_amax
+    if ga.is_floating_point():
+        ga = to_f32_bits(ga.to(torch.float32))
+    ga = (ga.to(device=bits.device, dtype=_I64) & 0x7FFFFFFF).reshape(-1)
+    return ga.expand(nbatch) if ga.numel() == 1 else ga.reshape(nbatch)
+
+
+def _nvfp4_tiles_2d(bits, p, nbatch, batch_dims, bshape, global_amax, rand_bits, generator):
+    """nvfp4_tile_2d (TE 2D block scaling): per batch, the [R, n] view (leading non-batch
+    dims flattened) is zero-padded to multiples of 16, each 16x16 tile quantized as one
+    block of 256 by the profile's order, codes scattered back, the tile scale repeated over
+    the tile's rows."""
+    n = bits.shape[-1]
+    if n % 16 and p.ragged == "error":
+        raise BlockSizeError(f"length {n} is not a multiple of 16 and profile {p.name!r} "
+                             "refuses ragged blocks")
+    R = 1
+    for d in bits.shape[batch_dims:-1]:
+        R *= d
+    R16, N16 = -(-R // 16) * 16, -(-n // 16) * 16
+    tr, tc = R16 // 16, N16 // 16
+
+    def tiles_of(a):
+        pad = torch.zeros((nbatch, R16, N16), dtype=a.dtype, device=a.device)
+        pad[:, :R, :n] = a.reshape(nbatch, R, n)
+        return pad.reshape(nbatch, tr, 16, tc, 16).permute(0, 1, 3, 2, 4).reshape(
+            nbatch, tr * tc, 256)
+    tiles = tiles_of(bits)
+    rb = None
+    if p.rounding == "stochastic":
+        rb = tiles_of(_rand(None if rand_bits is None else rand_bits.reshape(bits.shape), bits,
+                            generator))
+    ga = None if global_amax is None else _ga_bits(global_amax, bits, nbatch)
+    st, ct, ts = _nvfp4_core(tiles, p, ga, rb)
+    codes = ct.reshape(nbatch, tr, tc, 16, 16).permute(0, 1, 3, 2, 4).reshape(
+        nbatch, R16, N16)[:, :R, :n].reshape(bits.shape).to(torch.uint8)
+    scales = st.reshape(nbatch, tr, tc).repeat_interleave(16, dim=1)[:, :R].reshape(
+        *bits.shape[:-1], tc).to(torch.uint8)
     return scales.contiguous(), codes.contiguous(), _to_i32(ts).reshape(bshape)
 
 
@@ -759,6 +854,17 @@ def _nvfp4_core(blocks, p, ga, rbits):
         # torchao 0.18: x * fl(fl(1 / T) / S) (reciprocal of the combined scale); T = 1 when
         # single-level, so fl(1 / T) = 1 and this is x * fl(1 / S)
         recip = _f32_div(_f32_div(one, t), _e4m3_f32(s_code)).unsqueeze(-1)
+        y = _clamp_mag(_f32_mul(a, recip), None, 0x40C00000)             # |.| <= 6
+        codes = _encode_f32_mag(sign, y, y == 0, g2, p, rbits)
+    elif order == "triton_kernels":
+        # triton_kernels downcast_to_mxfp_torch ROUND_NEAREST (single-level): E4M3 of
+        # fl(amax / 6).clamp(max=448); quant_scale = where(S == 0, 0, fl(1 / S)); x * it,
+        # saturating E2M1 (the same codes as a clamp to +-6 then RNE)
+        t = one
+        bsv = _clamp_mag(_f32_div(bamax, _const(0x40C00000, bamax)), None, 0x43E00000)
+        s_code = _scale_min(_e4m3_from_f32(bsv, satfinite=False), p)
+        sv = _e4m3_f32(s_code)
+        recip = torch.where(s_code == 0, torch.zeros_like(sv), _f32_div(one, sv)).unsqueeze(-1)
         y = _clamp_mag(_f32_mul(a, recip), None, 0x40C00000)             # |.| <= 6
         codes = _encode_f32_mag(sign, y, y == 0, g2, p, rbits)
     else:

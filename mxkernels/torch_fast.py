@@ -40,6 +40,10 @@ _FAST_KNOBS = dict(overflow="saturate", nan_in_block="poison", inf_in_block="poi
                    signed_zero="preserve", flush_fp32_subnormals=False, block_size=None,
                    block_axis=-1, ragged="zero_pad", rceil_subnormal="exact",
                    scale_overflow="clamp", zero_scale_elem_exp=-127, rceil_f32_log2=False)
+_FAST_KNOBS["amax_floor"] = 0          # dsv4 amax floor: torch_emu only
+_FAST_KNOBS["nan_element"] = "nan"     # amd_gfx950 signed-max NaN elements: torch_emu only
+_FAST_KNOBS.update(scale_log2_f32=False, element_round_f32=False,   # microxcaling_torch:
+                   zero_block_amax="zero")                         # torch_emu only
 
 
 def supports(fmt, prof) -> bool:

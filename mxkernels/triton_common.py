@@ -316,6 +316,55 @@ def _rceil_f32_log2(amax, EL_MAXF32: tl.constexpr):
 
 
 @triton.jit
+def _mxt_amax(amax, LOG2_F32: tl.constexpr, ZERO_AMAX_MIN: tl.constexpr):
+    """microxcaling torch (zero_block_amax='min_normal', scale_log2_f32): the finite block amax
+    bits rewritten so the plain floor rule gives floor(fl32(log2(amax + 2^-126 [amax == 0]))):
+    an amax whose float32 log2 rounds up to the integer j = E + 1 becomes 2^j (Inf bits for
+    j = 128, read as 2^128 by _normalize; 0 for j <= -127, the clamp's byte anyway). Decided on
+    integers: log2 rounds up iff d = 2^24 - sig24 <= floor(ln2 * 2^(24 - t)), 2^-t half an
+    ulp of the float32 binade next to j on log2's side (see mxref/_kernels/semantics.py:
+    floor_via_f32_log2)."""
+    if ZERO_AMAX_MIN:
+        amax = tl.where(amax == 0, 0x800000, amax)
+    if LOG2_F32:
+        sig, e = _normalize(amax)
+        j = e + 1
+        aj = tl.where(j < 0, -j, j)
+        b = _bitlen32(tl.where(aj == 0, 1, aj)) - 1
+        pow2 = (j > 0) & ((aj & (aj - 1)) == 0)
+        t = 24 - b + tl.where(pow2, 1, 0)
+        ln2 = tl.full(amax.shape, _LN2_Q32, tl.int64)
+        dmax = ln2 >> (tl.minimum(t, 40) + 8).to(tl.int64)
+        up = (amax != 0) & (j != 0) & (sig != 0x800000) & \
+            ((0x1000000 - sig).to(tl.int64) <= dmax)
+        amax = tl.where(up, tl.maximum(j + 127, 0) << 23, amax)
+    return amax
+
+
+@triton.jit
+def _mxt_element(code, b, s, EL_IS_INT: tl.constexpr, EL_MBITS: tl.constexpr,
+                 EL_EMIN: tl.constexpr, EL_SIGNBIT: tl.constexpr):
+    """element_round_f32 (microxcaling torch) on top of the ties-away code of fp32 bits b at
+    exponent s: A = fl32(x / 2^s) == 0 (x / 2^s <= 2^-150) is an exact zero (+0); |x| / 2^s =
+    0.5 - 2^-25 quanta (sig 2^24 - 1) rounds to one quantum (fl32(0.5 - 2^-25 + 0.5) = 1.0)."""
+    a = b & 0x7FFFFFFF
+    sig, e = _normalize(a)
+    under = (a != 0) & (a < _F32_INF) & ((e - s < -150) | ((e - s == -150) & (sig == 0x800000)))
+    if EL_IS_INT:
+        q = -EL_MBITS
+    else:
+        q = EL_EMIN - EL_MBITS
+    bump = (a < _F32_INF) & (sig == 0xFFFFFF) & (e - 23 - s == q - 25)
+    neg = (b >> 31) & 1
+    if EL_IS_INT:
+        one = tl.where(neg != 0, 0xFF, 1)
+    else:
+        one = 1 | (neg << EL_SIGNBIT)
+    code = tl.where(bump, one, code)
+    return tl.where(under, 0, code)
+
+
+@triton.jit
 def _shared_exponent(amax, EL_EMAX: tl.constexpr, EL_MAXSIG: tl.constexpr,
                      EL_EVENTHR: tl.constexpr, EL_MAXF32: tl.constexpr,
                      SCALE_RULE: tl.constexpr, RCEIL_ANY_UP: tl.constexpr,
@@ -445,6 +494,10 @@ def _nvfp4_block_scales(a, t, sc6, NAN_POISON: tl.constexpr, INF_POISON: tl.cons
     elif ORDER == 1:   # te: E4M3(min(fl(amax * fl(S_enc / 6)), FLT_MAX))
         sdb = _f32_min_pos(_f32_mul(amax, sc6), tl.full(amax.shape, _F32_MAX, tl.int32))
         sc = _e4m3_code_of_f32(sdb)
+    elif ORDER == 3:   # triton_kernels ROUND_NEAREST: E4M3(min(fl(amax / 6), 448)), no floor
+        sv = _f32_div(amax, tl.full(amax.shape, _F32_SIX, tl.int32))
+        sv = tl.where(sv <= _F32_INF, tl.minimum(sv, _F32_448), sv)
+        sc = _e4m3_code_of_f32(sv)
     else:              # torchao: E4M3(clamp(fl(fl(amax / 6) / T), 2^-6, 448))
         sv = _f32_div(amax, tl.full(amax.shape, _F32_SIX, tl.int32))
         if TWO_LEVEL:
@@ -482,12 +535,28 @@ def element_constexprs(fmt) -> dict:
     }
 
 
-def profile_constexprs(profile) -> dict:
-    """Profile knobs as the MX kernels' constexprs; KernelUnsupported for what they lack."""
+def profile_constexprs(profile, amax_floor: bool = False, nan_element: bool = False,
+                       mxt: bool = False) -> dict:
+    """Profile knobs as the MX kernels' constexprs; KernelUnsupported for what they lack.
+    ``amax_floor``: the caller's kernel takes the AMAX_FLOOR constexpr (only
+    triton_quant.mx_quantize_kernel); other kernels refuse a profile with an amax floor."""
     pr = get_profile(profile)
     if pr.rounding == "stochastic":
         raise KernelUnsupported(
             f"profile {pr.name!r}: stochastic rounding is not implemented by the Triton kernels")
+    if pr.nan_element != "nan" and not nan_element:
+        raise KernelUnsupported(
+            f"profile {pr.name!r}: nan_element={pr.nan_element!r} is implemented only by "
+            "triton_quant.mx_quantize / mx_convert")
+    if pr.amax_floor and not amax_floor:
+        raise KernelUnsupported(
+            f"profile {pr.name!r}: amax_floor is implemented only by triton_quant.mx_quantize")
+    mxt_knobs = {"LOG2_F32": bool(pr.scale_log2_f32), "ELEM_F32": bool(pr.element_round_f32),
+                 "ZERO_AMAX_MIN": pr.zero_block_amax == "min_normal"}
+    if any(mxt_knobs.values()) and not mxt:
+        raise KernelUnsupported(
+            f"profile {pr.name!r}: scale_log2_f32 / element_round_f32 / zero_block_amax "
+            "(microxcaling torch) are implemented only by triton_quant.mx_quantize")
     return {
         "SCALE_RULE": SCALE_RULES.index(pr.scale_rule),
         "ROUNDING": ROUNDINGS.index(pr.rounding),
@@ -501,6 +570,9 @@ def profile_constexprs(profile) -> dict:
         "ZEXP": int(pr.zero_scale_elem_exp),
         "RCEIL_LOG2": bool(pr.rceil_f32_log2),
         "INT8_FULL": pr.int8_min == "full",
+        **({"AMAX_FLOOR": int(pr.amax_floor)} if amax_floor else {}),
+        **({"NAN_ELEM_MAX": pr.nan_element == "signed_max"} if nan_element else {}),
+        **(mxt_knobs if mxt else {}),
     }
 
 

@@ -153,7 +153,8 @@ def fp8_to_mxfp4_kernel(
         SCALE_RULE: tl.constexpr, ROUNDING: tl.constexpr, OVERFLOW: tl.constexpr,
         NAN_POISON: tl.constexpr, INF_MODE: tl.constexpr, SIGNED_ZERO: tl.constexpr,
         FLUSH: tl.constexpr, RCEIL_ANY_UP: tl.constexpr, SCALE_OVF_NAN: tl.constexpr,
-        ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr, INT8_FULL: tl.constexpr):
+        ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr, INT8_FULL: tl.constexpr,
+        AMAX_FLOOR: tl.constexpr, NAN_ELEM_MAX: tl.constexpr):
     """[n_rows, n_cols] FP8 codes with [n_rows, n_groups] E8M0 group bytes (``glen`` elements
     per group) -> MXFP4: E8M0 bytes [n_rows, n_blk] and E2M1 codes, blocks of BLOCK along
     axis 1, BLOCK_ROWS blocks per program."""
@@ -191,6 +192,8 @@ def fp8_to_mxfp4_kernel(
     amax = tl.where(atop < -126, (frac23 | 0x800000) >> sub_sh,
                     ((tl.where(big, atop - 64, atop) + 127) << 23) | frac23)
     amax = tl.where(kmax > 0, amax, 0)
+    if AMAX_FLOOR != 0:        # amax_floor (DeepSeek-V4); a big amax (>= 2^128) is above it
+        amax = tl.where(big, amax, tl.maximum(amax, AMAX_FLOOR))
     if INF_MODE == 2:
         amax = tl.where(has_inf, _INF, amax)
         big = big & ~has_inf
@@ -214,6 +217,8 @@ def fp8_to_mxfp4_kernel(
     huge = huge & fin
     a_like = tl.where(nan, _INF + 1, tl.where(inf, _INF, tl.where(fin, 1, 0)))
     code = _finish(code, huge, neg, a_like, False, 7, 3, -1, -1, OVERFLOW, SIGNED_ZERO, False)
+    if NAN_ELEM_MAX:            # nan_element='signed_max' (AMD gfx950): +-6 with the sign
+        code = tl.where(nan, 7 | (neg << 3), code)
     code = tl.where(nan_scale[:, None], 0, code)
     tl.store(out_ptr + r64 * n_cols + cols, code.to(tl.uint8), mask=m)
 
@@ -234,7 +239,8 @@ def reblock_kernel(
         SCALE_RULE: tl.constexpr, ROUNDING: tl.constexpr, OVERFLOW: tl.constexpr,
         NAN_POISON: tl.constexpr, INF_MODE: tl.constexpr, SIGNED_ZERO: tl.constexpr,
         FLUSH: tl.constexpr, RCEIL_ANY_UP: tl.constexpr, SCALE_OVF_NAN: tl.constexpr,
-        ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr, INT8_FULL: tl.constexpr):
+        ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr, INT8_FULL: tl.constexpr,
+        AMAX_FLOOR: tl.constexpr, NAN_ELEM_MAX: tl.constexpr):
     """[n_rows, n_cols] codes with E8M0 bytes [n_rows, n_sblk] (blocks of SBLOCK along axis
     1) -> the same format quantized along DST_AXIS: codes [n_rows, n_cols] and bytes
     [n_dblk, n_cols] (DST_AXIS 0) or [n_rows, n_dblk] (DST_AXIS 1). A program is a [TR, TC]
@@ -265,6 +271,8 @@ def reblock_kernel(
     if FLUSH:
         a = tl.where(a < 0x800000, 0, a)
     amax = _max_along(tl.where(a < _INF, a, 0), DST_AXIS)
+    if AMAX_FLOOR != 0:                           # amax_floor (DeepSeek-V4): max(amax, floor)
+        amax = tl.maximum(amax, AMAX_FLOOR)
     has_nan = _max_along(tl.where(a > _INF, 1, 0), DST_AXIS) > 0
     has_inf = _max_along(tl.where(a == _INF, 1, 0), DST_AXIS) > 0
     byte, s, nan_scale = _mx_scale_byte(amax, has_nan, has_inf, EL_EMAX, EL_MAXSIG, EL_EVENTHR,
@@ -281,6 +289,9 @@ def reblock_kernel(
     code = _encode(b, tl.expand_dims(se, DST_AXIS), EL_IS_INT, EL_MBITS, EL_EMIN, EL_BIAS,
                    EL_MAXCODE, EL_SIGNBIT, EL_NAN, EL_INF, ROUNDING, OVERFLOW, SIGNED_ZERO,
                    FLUSH, INT8_FULL)
+    if NAN_ELEM_MAX:            # nan_element='signed_max' (AMD gfx950): +-max normal, sign kept
+        code = tl.where((b & 0x7FFFFFFF) > _INF, EL_MAXCODE | (((b >> 31) & 1) << EL_SIGNBIT),
+                        code)
     if EL_NAN >= 0:
         fill = EL_NAN
     else:
@@ -317,7 +328,7 @@ def _profile_knobs(profile, fmt) -> tuple:
     if bs != 32:
         raise KernelUnsupported(f"profile {pr.name!r} block size {bs}: the conversion kernels "
                                 "use 32-element MX blocks")
-    return pr, profile_constexprs(pr)
+    return pr, profile_constexprs(pr, amax_floor=True, nan_element=True)
 
 
 @memo_dict

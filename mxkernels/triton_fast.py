@@ -541,6 +541,10 @@ def check_supported(fmt, profile="ocp", src_dtype="bfloat16", axis=-1) -> None:
             ("flush_fp32_subnormals", False), ("ragged", "zero_pad"),
             ("rceil_subnormal", "exact"), ("zero_scale_elem_exp", -127),
             ("rceil_f32_log2", False)]
+    need.append(("amax_floor", 0))         # dsv4 amax floor: triton_quant.mx_quantize only
+    need.append(("nan_element", "nan"))    # amd_gfx950: triton_quant.mx_quantize only
+    need += [("scale_log2_f32", False), ("element_round_f32", False),   # microxcaling_torch:
+             ("zero_block_amax", "zero")]                # triton_quant.mx_quantize only
     for knob, want in need:
         if getattr(pr, knob) != want:
             raise KernelUnsupported(

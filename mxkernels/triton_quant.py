@@ -35,6 +35,7 @@ from mxkernels.triton_common import (  # noqa: F401  (re-exported: kernel module
     _f32_div, _F32_E4M3_TINY, _F32_INF, _F32_MAX, _f32_min_pos, _f32_mul, _F32_ONE, _f32_parts,
     _F32_QNAN, _F32_SIX, _false_like, _finish, _LN2_Q32, _max_along, _max_combine, _MAX_COMBINE,
     _mx_scale_byte, _mx_scale_finish, _normalize, _nvfp4_block_scales, _rceil_f32_log2,
+    _mxt_amax, _mxt_element,
     _round_sig, _shared_exponent, _shared_exponent_normal, _widen_to_f32, element_constexprs,
     KernelUnsupported, profile_constexprs)
 
@@ -76,7 +77,9 @@ def mx_quantize_kernel(
         SCALE_RULE: tl.constexpr, ROUNDING: tl.constexpr, OVERFLOW: tl.constexpr,
         NAN_POISON: tl.constexpr, INF_MODE: tl.constexpr, SIGNED_ZERO: tl.constexpr,
         FLUSH: tl.constexpr, RCEIL_ANY_UP: tl.constexpr, SCALE_OVF_NAN: tl.constexpr,
-        ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr, INT8_FULL: tl.constexpr):
+        ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr, INT8_FULL: tl.constexpr,
+        AMAX_FLOOR: tl.constexpr, NAN_ELEM_MAX: tl.constexpr,
+        LOG2_F32: tl.constexpr, ELEM_F32: tl.constexpr, ZERO_AMAX_MIN: tl.constexpr):
     """MX block quantization of a contiguous [n_rows, n_cols] bit-pattern array along axis 1.
 
     The program handles BLOCK_ROWS consecutive blocks of the flattened (row, block) order;
@@ -92,8 +95,12 @@ def mx_quantize_kernel(
     # 1. classify: integer max over the finite magnitudes; NaN / Inf flags
     fin = a < _F32_INF
     amax = _max_along(tl.where(fin, a, 0), 1)
+    if AMAX_FLOOR != 0:                           # amax_floor (DeepSeek-V4): max(amax, floor)
+        amax = tl.maximum(amax, AMAX_FLOOR)
     has_nan = _max_along(tl.where(a > _F32_INF, 1, 0), 1) > 0
     has_inf = _max_along(tl.where(a == _F32_INF, 1, 0), 1) > 0
+    if LOG2_F32 or ZERO_AMAX_MIN:                 # microxcaling torch: floor(fl32(log2 amax))
+        amax = _mxt_amax(amax, LOG2_F32, ZERO_AMAX_MIN)
     # 2./3. the scale byte: NaN / Inf policy, scale rule, scale overflow
     byte, s, nan_scale = _mx_scale_byte(amax, has_nan, has_inf, EL_EMAX, EL_MAXSIG, EL_EVENTHR,
                                         EL_MAXF32, SCALE_RULE, RCEIL_ANY_UP, RCEIL_LOG2,
@@ -105,6 +112,10 @@ def mx_quantize_kernel(
     code = _encode(b, se[:, None], EL_IS_INT, EL_MBITS, EL_EMIN, EL_BIAS, EL_MAXCODE,
                    EL_SIGNBIT, EL_NAN, EL_INF, ROUNDING, OVERFLOW, SIGNED_ZERO, FLUSH,
                    INT8_FULL)
+    if ELEM_F32:                # microxcaling torch: floor(fl32(|A| * 2^k + 0.5)) on fl32(x / 2^s)
+        code = _mxt_element(code, b, se[:, None], EL_IS_INT, EL_MBITS, EL_EMIN, EL_SIGNBIT)
+    if NAN_ELEM_MAX:            # nan_element='signed_max' (AMD gfx950): +-max normal, sign kept
+        code = tl.where(a > _F32_INF, EL_MAXCODE | (((b >> 31) & 1) << EL_SIGNBIT), code)
     if EL_NAN >= 0:
         fill = EL_NAN
     else:
@@ -180,13 +191,16 @@ def mx_convert_kernel(
         EL_BIAS: tl.constexpr, EL_MAXCODE: tl.constexpr, EL_SIGNBIT: tl.constexpr,
         EL_NAN: tl.constexpr, EL_INF: tl.constexpr, ROUNDING: tl.constexpr,
         OVERFLOW: tl.constexpr, SIGNED_ZERO: tl.constexpr, FLUSH: tl.constexpr,
-        INT8_FULL: tl.constexpr):
+        INT8_FULL: tl.constexpr, NAN_ELEM_MAX: tl.constexpr):
     """Element conversion alone (scale 2^0) of n contiguous bit patterns."""
     offs = tl.program_id(0).to(tl.int64) * BLOCK_N + tl.arange(0, BLOCK_N)
     m = offs < n
     b = _widen_to_f32(tl.load(x_ptr + offs, mask=m, other=0), SRC)
     code = _encode(b, 0, EL_IS_INT, EL_MBITS, EL_EMIN, EL_BIAS, EL_MAXCODE, EL_SIGNBIT,
                    EL_NAN, EL_INF, ROUNDING, OVERFLOW, SIGNED_ZERO, FLUSH, INT8_FULL)
+    if NAN_ELEM_MAX:            # nan_element='signed_max' (AMD gfx950): +-max normal, sign kept
+        code = tl.where((b & 0x7FFFFFFF) > _F32_INF, EL_MAXCODE | (((b >> 31) & 1) << EL_SIGNBIT),
+                        code)
     tl.store(code_ptr + offs, code.to(tl.uint8), mask=m)
 
 
@@ -282,6 +296,8 @@ def _nvfp4_cast_input(b, sc, t, ORDER: tl.constexpr, TWO_LEVEL: tl.constexpr):
             recip = _f32_div(_f32_div(one, t), sval)
         else:
             recip = _f32_div(one, sval)
+        if ORDER == 3:     # triton_kernels: quant_scale = where(S == 0, 0, fl(1 / S))
+            recip = tl.where(sc == 0, 0, recip)
         y = _f32_mul(b, recip[:, None])
         ay = y & 0x7FFFFFFF
         y = tl.where((ay <= _F32_INF) & (ay > _F32_SIX), (y & -2147483648) | _F32_SIX, y)
@@ -385,6 +401,11 @@ def mx_constexprs(kernel: str, fmt, profile="ocp", src_dtype="float32",
         if pr.rounding == "stochastic":
             raise KernelUnsupported(f"profile {pr.name!r}: stochastic rounding is not "
                                     "implemented by the Triton kernels")
+        if pr.nvfp4_amax_scope != "tensor" or pr.nvfp4_tile_2d:
+            raise KernelUnsupported(
+                f"profile {pr.name!r}: the Triton NVFP4 kernels implement one tensor scale "
+                "per tensor and 1x16 blocks; nvfp4_amax_scope='row' / nvfp4_tile_2d are not "
+                "implemented")
         if kernel == "nvfp4_amax":
             return {"SRC": _src_kind(src_dtype), "BLOCK_N": 1024,
                     "WITH_INF": pr.inf_in_block != "poison",
@@ -404,14 +425,18 @@ def mx_constexprs(kernel: str, fmt, profile="ocp", src_dtype="float32",
     if f.is_nvfp4:
         raise KernelUnsupported(f"{kernel} is for MX formats; nvfp4 has its own kernels")
     el = element_constexprs(f)
-    pk = profile_constexprs(pr)
+    pk = profile_constexprs(pr, amax_floor=True, nan_element=True,
+                            mxt=kernel in ("mx_quantize", "mx_dequantize"))
     if kernel == "mx_quantize":
+        if pr.source_dtypes is not None and src_dtype not in pr.source_dtypes:
+            raise KernelUnsupported(f"profile {pr.name!r} is defined only for "
+                                    f"{', '.join(pr.source_dtypes)} sources, not {src_dtype}")
         return {"SRC": _src_kind(src_dtype), "BLOCK": _block_size(f, pr),
                 "BLOCK_ROWS": block_rows or 64, **el, **pk}
     if kernel == "mx_convert":
         both = {**el, **pk}
         return {"SRC": _src_kind(src_dtype), "BLOCK_N": 1024,
-                **{k: both[k] for k in _ENCODE_KEYS}}
+                **{k: both[k] for k in _ENCODE_KEYS}, "NAN_ELEM_MAX": both["NAN_ELEM_MAX"]}
     if kernel == "mx_dequantize":
         return {"BLOCK": _block_size(f, pr), "BLOCK_ROWS": block_rows or 64,
                 **{k: el[k] for k in _DEQUANT_KEYS}}
@@ -564,6 +589,10 @@ def nvfp4_quantize(x: torch.Tensor, profile="ocp", src_dtype: str | None = None,
     bits, src = _as_bits(x, src_dtype)
     pr = get_profile(profile)
     pr.check_format(FORMATS["nvfp4"])
+    if pr.nvfp4_amax_scope != "tensor" or pr.nvfp4_tile_2d:
+        raise KernelUnsupported(
+            f"profile {pr.name!r}: the Triton NVFP4 kernels implement one tensor scale per "
+            "tensor and 1x16 blocks; nvfp4_amax_scope='row' / nvfp4_tile_2d are not implemented")
     if bits.ndim < 2:
         raise KernelUnsupported("nvfp4_quantize takes [T, ..., C]: T tensors, blocks along C")
     ce_amax = mx_constexprs("nvfp4_amax", "nvfp4", pr, src)

@@ -58,7 +58,8 @@ from mxkernels.triton_fast import _orient as _fast_orient   # the fast MX encode
 from mxkernels.triton_fast import supports as _fast_supports
 from mxkernels.triton_common import (_encode, _f32_div, _f32_min_pos, _f32_mul, _f32_parts,
                                      _finish, KernelUnsupported, _max_along, _mx_scale_byte,
-                                     _normalize, _nvfp4_block_scales, _round_sig, _widen_to_f32)
+                                     _normalize, _nvfp4_block_scales, _round_sig, _widen_to_f32,
+                                     _mxt_amax, _mxt_element)
 from mxkernels.triton_quant import (_as_bits, _element_value, mx_constexprs,
                                     nvfp4_tensor_scale_kernel, pack_codes, _to_f32)
 from mxref.formats import get_format
@@ -157,7 +158,9 @@ def _mx_blocks(b, EL_IS_INT: tl.constexpr, EL_MBITS: tl.constexpr, EL_EMIN: tl.c
                SCALE_RULE: tl.constexpr, ROUNDING: tl.constexpr, OVERFLOW: tl.constexpr,
                NAN_POISON: tl.constexpr, INF_MODE: tl.constexpr, SIGNED_ZERO: tl.constexpr,
                FLUSH: tl.constexpr, RCEIL_ANY_UP: tl.constexpr, SCALE_OVF_NAN: tl.constexpr,
-               ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr, INT8_FULL: tl.constexpr):
+               ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr, INT8_FULL: tl.constexpr,
+               AMAX_FLOOR: tl.constexpr, NAN_ELEM_MAX: tl.constexpr,
+               LOG2_F32: tl.constexpr, ELEM_F32: tl.constexpr, ZERO_AMAX_MIN: tl.constexpr):
     """MX quantization of fp32 bits b [nb, QB] (one block per row), exactly the body of
     triton_quant.mx_quantize_kernel: (scale bytes int32 [nb], codes int32 [nb, QB])."""
     a = b & 0x7FFFFFFF
@@ -165,8 +168,12 @@ def _mx_blocks(b, EL_IS_INT: tl.constexpr, EL_MBITS: tl.constexpr, EL_EMIN: tl.c
         a = tl.where(a < 0x800000, 0, a)
     fin = a < _F32_INF
     amax = _max_along(tl.where(fin, a, 0), 1)
+    if AMAX_FLOOR != 0:                           # amax_floor (DeepSeek-V4): max(amax, floor)
+        amax = tl.maximum(amax, AMAX_FLOOR)
     has_nan = _max_along(tl.where(a > _F32_INF, 1, 0), 1) > 0
     has_inf = _max_along(tl.where(a == _F32_INF, 1, 0), 1) > 0
+    if LOG2_F32 or ZERO_AMAX_MIN:                 # microxcaling torch: floor(fl32(log2 amax))
+        amax = _mxt_amax(amax, LOG2_F32, ZERO_AMAX_MIN)
     byte, s, nan_scale = _mx_scale_byte(amax, has_nan, has_inf, EL_EMAX, EL_MAXSIG, EL_EVENTHR,
                                         EL_MAXF32, SCALE_RULE, RCEIL_ANY_UP, RCEIL_LOG2,
                                         NAN_POISON, INF_MODE, SCALE_OVF_NAN)
@@ -174,6 +181,11 @@ def _mx_blocks(b, EL_IS_INT: tl.constexpr, EL_MBITS: tl.constexpr, EL_EMIN: tl.c
     code = _encode(b, se[:, None], EL_IS_INT, EL_MBITS, EL_EMIN, EL_BIAS, EL_MAXCODE,
                    EL_SIGNBIT, EL_NAN, EL_INF, ROUNDING, OVERFLOW, SIGNED_ZERO, FLUSH,
                    INT8_FULL)
+    if ELEM_F32:                # microxcaling torch: floor(fl32(|A| * 2^k + 0.5)) on fl32(x / 2^s)
+        code = _mxt_element(code, b, se[:, None], EL_IS_INT, EL_MBITS, EL_EMIN, EL_SIGNBIT)
+    if NAN_ELEM_MAX:            # nan_element='signed_max' (AMD gfx950): +-max normal, sign kept
+        code = tl.where((b & 0x7FFFFFFF) > _F32_INF,
+                        EL_MAXCODE | (((b >> 31) & 1) << EL_SIGNBIT), code)
     if EL_NAN >= 0:
         fill = EL_NAN
     else:
@@ -229,7 +241,9 @@ def rotate_mx_quantize_kernel(
         NAN_POISON: tl.constexpr, INF_MODE: tl.constexpr, SIGNED_ZERO: tl.constexpr,
         FLUSH: tl.constexpr, RCEIL_ANY_UP: tl.constexpr, SCALE_OVF_NAN: tl.constexpr,
         ZEXP: tl.constexpr, RCEIL_LOG2: tl.constexpr, INT8_FULL: tl.constexpr,
-        FAST: tl.constexpr, FILL: tl.constexpr, SATURATE: tl.constexpr):
+        FAST: tl.constexpr, FILL: tl.constexpr, SATURATE: tl.constexpr,
+        AMAX_FLOOR: tl.constexpr, NAN_ELEM_MAX: tl.constexpr,
+        LOG2_F32: tl.constexpr, ELEM_F32: tl.constexpr, ZERO_AMAX_MIN: tl.constexpr):
     """Rotation then MX quantization along the rows of a contiguous [rows, n_cols] array:
     E8M0 bytes [rows, n_blk] (n_blk = ceil(n_cols / BLOCK), a ragged last block zero padded)
     and codes [rows, n_cols] (or [rows, n_cols / 2] with PACK4). W = max(N, BLOCK).
@@ -255,7 +269,8 @@ def rotate_mx_quantize_kernel(
                                 EL_EMIN, EL_BIAS, EL_EMAX, EL_MAXCODE, EL_SIGNBIT, EL_NAN,
                                 EL_INF, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE, ROUNDING,
                                 OVERFLOW, NAN_POISON, INF_MODE, SIGNED_ZERO, FLUSH,
-                                RCEIL_ANY_UP, SCALE_OVF_NAN, ZEXP, RCEIL_LOG2, INT8_FULL)
+                                RCEIL_ANY_UP, SCALE_OVF_NAN, ZEXP, RCEIL_LOG2, INT8_FULL,
+                                AMAX_FLOOR, NAN_ELEM_MAX, LOG2_F32, ELEM_F32, ZERO_AMAX_MIN)
     qb = (c * NQ)[:, None] + tl.arange(0, NQ)[None, :]              # [ROWS, NQ]
     sm = g_ok[:, None] & (qb < n_blk)
     soffs = r[:, None] * n_blk + qb
@@ -351,6 +366,8 @@ def rotate_nvfp4_quantize_kernel(
                 recip = _f32_div(_f32_div(one, tv), sval)
             else:
                 recip = _f32_div(one, sval)
+            if ORDER == 3:     # triton_kernels: quant_scale = where(S == 0, 0, fl(1 / S))
+                recip = tl.where(sc == 0, 0, recip)
             yy = _f32_mul(b, recip[:, None])
             ay = yy & 0x7FFFFFFF
             yy = tl.where((ay <= _F32_INF) & (ay > _F32_SIX), (yy & -2147483648) | _F32_SIX,

@@ -552,6 +552,10 @@ def quantize_nvfp4_sr(x: torch.Tensor, profile="ocp", *, rbits=None, seed: int |
     _one_word_source(rbits, seed)
     bits, src = _as_bits(x, src_dtype)
     pr = _sr_base_profile(profile)
+    if pr.nvfp4_amax_scope != "tensor" or pr.nvfp4_tile_2d:
+        raise KernelUnsupported(
+            f"profile {pr.name!r}: the Triton NVFP4 kernels implement one tensor scale per "
+            "tensor and 1x16 blocks; nvfp4_amax_scope='row' / nvfp4_tile_2d are not implemented")
     rb_mode = 0 if rbits is not None else 1
     ce = nvfp4_sr_constexprs(pr, src, rb_mode)
     if bits.ndim < 2:

@@ -573,6 +573,10 @@ def quantize_nvfp4_4over6(x, profile="te_nvfp4", *, axis=-1, select="mse", scale
         raise ProfileConflictError(
             f"profile {prof.name!r}: Four-over-Six is defined for nvfp4_order 'exact' and 'te', "
             f"not {prof.nvfp4_order!r}")
+    if prof.nvfp4_amax_scope != "tensor" or prof.nvfp4_tile_2d:
+        raise ProfileConflictError(
+            f"profile {prof.name!r}: Four-over-Six is defined for one tensor scale and 1x16 "
+            "blocks (nvfp4_amax_scope='tensor', nvfp4_tile_2d=False)")
     if select not in SELECT_MODES:
         raise CorrectionConfigError(f"select={select!r}; use one of {', '.join(SELECT_MODES)}")
     if scale_bound not in (256, 448):

@@ -442,7 +442,9 @@ def fp8_to_mxfp4_rows(codes, gscales, glen, block, fp8p, fp4p, pp, rbits, out, s
                         asig = nsig
             s = K.nonfinite_policy(has_nan, has_inf, fp4p, pp)
             if s == K.FINITE_RULE:
-                s = -127 if asig == 0 else exact_amax_exponent(asig, atop, fp4p, pp)
+                # an all-zero block: shared_exponent(0) (-127, or amax_floor's exponent)
+                s = K.shared_exponent(0, fp4p, pp) if asig == 0 else \
+                    exact_amax_exponent(asig, atop, fp4p, pp)
             if s == BAD_SCALE:
                 status[0] = 1
                 status[1] = r
@@ -458,7 +460,7 @@ def fp8_to_mxfp4_rows(codes, gscales, glen, block, fp8p, fp4p, pp, rbits, out, s
                 g = np.int64(gscales[r, i // glen])
                 kind, neg, sig, exp2 = K.element_parts(np.int64(codes[r, i]), fp8p)
                 if g == 0xFF or kind == 2:
-                    out[r, i] = fill
+                    out[r, i] = K.nan_element(neg, fp4p, pp)   # fill, or +-6 (signed_max)
                 elif kind == 1:
                     out[r, i] = K.finish_code(0, True, neg, fp4p, ovf_mode)
                 elif sig == 0:
@@ -490,6 +492,11 @@ def fp8_to_mxfp4(fp8: FP8Tensor, *, profile="ocp", block_size: int | None = None
     el8 = _fp8_format(fp8.fp8)
     prof = get_profile(profile)
     prof.check_format(_MXFP4)
+    if prof.scale_log2_f32 or prof.element_round_f32 or prof.zero_block_amax != "zero":
+        raise ProfileConflictError(
+            f"profile {prof.name!r}: fp8_to_mxfp4 does not define microxcaling's float32 torch "
+            "operation order (scale_log2_f32 / element_round_f32 / zero_block_amax); quantize "
+            "the dequantized float32 values with mxref.quantize instead")
     bs = block_size or prof.block_size or _MXFP4.block_size
     if block_size and prof.block_size and block_size != prof.block_size:
         raise ProfileConflictError(

@@ -30,7 +30,8 @@ __all__ = ["MXTensor", "quantize", "dequantize", "random_bits"]
 
 _F32P = FP32.kernel_params()
 _E4M3P = E4M3.kernel_params()
-_NV_ORDERS = {"exact": K.NV_EXACT, "te": K.NV_TE, "torchao": K.NV_TORCHAO}
+_NV_ORDERS = {"exact": K.NV_EXACT, "te": K.NV_TE, "torchao": K.NV_TORCHAO,
+              "triton_kernels": K.NV_TRITON_KERNELS}
 
 
 @dataclass
@@ -40,7 +41,9 @@ class MXTensor:
     ``codes`` holds one unpacked element code per input element (same shape as the input);
     ``scales`` holds one scale byte per block (E8M0, or E4M3 for NVFP4) with the block axis
     reduced to ``ceil(n / block_size)``; ``tensor_scale`` is NVFP4's fp32 decode-side tensor
-    scale (``dequant = e2m1 * e4m3 * tensor_scale``), None for MX formats.
+    scale (``dequant = e2m1 * e4m3 * tensor_scale``), None for MX formats; under
+    ``nvfp4_amax_scope='row'`` a float32 array, one per row (the input's shape without the
+    block axis).
     """
 
     codes: np.ndarray
@@ -162,6 +165,7 @@ def quantize(x, fmt, profile="ocp", axis: int | None = None, *, block_size: int 
     prof = get_profile(profile)
     prof.check_format(fmt)
     bits, src = as_f32_bits(x, source_dtype=source_dtype, from_float64=from_float64)
+    prof.check_source_dtype(src)
     ax = _normalize_axis(prof.block_axis if axis is None else axis, bits.ndim)
     bs = block_size if block_size is not None else prof.block_size or fmt.block_size
     if block_size and prof.block_size and block_size != prof.block_size:
@@ -188,12 +192,24 @@ def quantize(x, fmt, profile="ocp", axis: int | None = None, *, block_size: int 
     tensor_scale = None
     meta = {}
     if bits2.size:
-        if fmt.is_nvfp4:
+        if fmt.is_nvfp4 and prof.nvfp4_amax_scope == "row":
+            if global_amax is not None:
+                raise ProfileConflictError(
+                    f"global_amax given but profile {prof.name!r} (nvfp4_amax_scope='row') "
+                    "takes each row's own amax")
+            gb, tb = _quantize_nvfp4_rows(bits2, bs, prof, fp, pp, rb2, codes2, scales2)
+            tensor_scale = tb.view(np.float32).reshape(moved_shape[:-1])
+            meta["global_amax_bits"] = gb.reshape(moved_shape[:-1])
+        elif fmt.is_nvfp4:
             gbits = _global_amax_bits(bits2, prof, global_amax)
             order = _NV_ORDERS[prof.nvfp4_order]
             t, s_enc, sc6 = K.nvfp4_tensor_constants(gbits, order, prof.nvfp4_tensor_scale, _F32P)
-            K.quantize_nvfp4(bits2, bs, t, s_enc, sc6, order, prof.nvfp4_tensor_scale, fp,
-                             _E4M3P, _F32P, pp, rb2, codes2, scales2)
+            if prof.nvfp4_tile_2d:
+                _quantize_nvfp4_tiles(bits2, t, s_enc, sc6, order, prof, fp, pp, rb2, codes2,
+                                      scales2)
+            else:
+                K.quantize_nvfp4(bits2, bs, t, s_enc, sc6, order, prof.nvfp4_tensor_scale, fp,
+                                 _E4M3P, _F32P, pp, rb2, codes2, scales2)
             tensor_scale = np.uint32(t).view(np.float32)
             meta["global_amax_bits"] = int(gbits)
         else:
@@ -206,13 +222,70 @@ def quantize(x, fmt, profile="ocp", axis: int | None = None, *, block_size: int 
             else:
                 K.quantize_mx(bits2, bs, fp, pp, rb2, mids, ge, codes2, scales2)
     elif fmt.is_nvfp4:
-        tensor_scale = np.float32(1.0)
+        tensor_scale = (np.ones(moved_shape[:-1], np.float32)
+                        if prof.nvfp4_amax_scope == "row" else np.float32(1.0))
     scale_shape = moved_shape[:-1] + (nblk,)
     return MXTensor(
         codes=_from_rows(codes2, moved_shape, ax),
         scales=_from_rows(scales2, scale_shape, ax),
         fmt=fmt, profile=prof, axis=ax, block_size=bs, tensor_scale=tensor_scale,
         source_dtype=src, meta=meta)
+
+
+def _row_amax_bits(bits2: np.ndarray, prof: Profile) -> np.ndarray:
+    """Each row's amax (fp32 magnitude bits) under the same rule as :func:`_global_amax_bits`."""
+    a = bits2 & np.uint32(0x7FFFFFFF)
+    keep = a < np.uint32(0x7F800000) if prof.inf_in_block == "poison" else a <= np.uint32(0x7F800000)
+    if prof.flush_fp32_subnormals:
+        keep &= a >= np.uint32(0x800000)
+    return np.where(keep, a, np.uint32(0)).max(axis=1).astype(np.uint32)
+
+
+def _quantize_nvfp4_rows(bits2, bs, prof, fp, pp, rb2, codes2, scales2):
+    """nvfp4_amax_scope='row' (TE row-scaled NVFP4): every row of the [rows, n] view along
+    the block axis is quantized as its own tensor, with the tensor constants of its own amax.
+    Rows with equal amax share one kernel call. Returns (row amax bits, row T bits)."""
+    order = _NV_ORDERS[prof.nvfp4_order]
+    gb = _row_amax_bits(bits2, prof)
+    tb = np.empty(gb.shape, np.uint32)
+    stochastic = prof.rounding == "stochastic"
+    for g in np.unique(gb):
+        idx = np.nonzero(gb == g)[0]
+        t, s_enc, sc6 = K.nvfp4_tensor_constants(int(g), order, prof.nvfp4_tensor_scale, _F32P)
+        sub = np.ascontiguousarray(bits2[idx])
+        c = np.empty(sub.shape, np.uint8)
+        sc = np.empty((len(idx), scales2.shape[1]), np.uint8)
+        rb = np.ascontiguousarray(rb2[idx]) if stochastic else rb2
+        K.quantize_nvfp4(sub, bs, t, s_enc, sc6, order, prof.nvfp4_tensor_scale, fp, _E4M3P,
+                         _F32P, pp, rb, c, sc)
+        codes2[idx] = c
+        scales2[idx] = sc
+        tb[idx] = t
+    return gb, tb
+
+
+def _quantize_nvfp4_tiles(bits2, t, s_enc, sc6, order, prof, fp, pp, rb2, codes2, scales2):
+    """nvfp4_tile_2d (TE 2D block scaling): the [rows, n] view is zero-padded to multiples of
+    16 both ways (TE _pad_tensor), each 16x16 tile is quantized as one block of 256 (its amax
+    is the tile amax, its elements are encoded with the tile scale), codes are scattered back
+    and the tile scale is stored for each of the tile's rows (TE repeat_interleave)."""
+    R, n = bits2.shape
+    R16, N16 = -(-R // 16) * 16, -(-n // 16) * 16
+    tr, tc = R16 // 16, N16 // 16
+
+    def to_tiles(a):
+        pad = np.zeros((R16, N16), a.dtype)
+        pad[:R, :n] = a
+        return np.ascontiguousarray(pad.reshape(tr, 16, tc, 16).transpose(0, 2, 1, 3)
+                                    .reshape(tr * tc, 256))
+    tiles = to_tiles(bits2)
+    rb = to_tiles(rb2) if prof.rounding == "stochastic" else rb2
+    ct = np.empty(tiles.shape, np.uint8)
+    st = np.empty((tr * tc, 1), np.uint8)
+    K.quantize_nvfp4(tiles, 256, t, s_enc, sc6, order, prof.nvfp4_tensor_scale, fp, _E4M3P,
+                     _F32P, pp, rb, ct, st)
+    codes2[:] = ct.reshape(tr, tc, 16, 16).transpose(0, 2, 1, 3).reshape(R16, N16)[:R, :n]
+    scales2[:] = np.repeat(st.reshape(tr, tc), 16, axis=0)[:R]
 
 
 def _global_amax_bits(bits2: np.ndarray, prof: Profile, global_amax) -> int:
@@ -257,9 +330,14 @@ def dequantize(mx: MXTensor | None = None, *, codes=None, scales=None, fmt=None,
                                                                error=BlockSizeError)
     if tensor_scale is not None and not fmt.is_nvfp4:
         raise ScaleValueError(f"tensor_scale is NVFP4's; {fmt.name} has no tensor scale")
-    tbits = 0x3F800000 if tensor_scale is None else f32_scale_bits(
-        "tensor_scale", tensor_scale, inf_ok=False,
-        why_inf=" (decode is e2m1 * e4m3 * tensor_scale: it must be finite)")
+    row_ts = None
+    if tensor_scale is not None and isinstance(tensor_scale, np.ndarray) and tensor_scale.size != 1:
+        row_ts = _row_tensor_scales(tensor_scale, codes.shape, _normalize_axis(axis, codes.ndim))
+        tbits = 0
+    else:
+        tbits = 0x3F800000 if tensor_scale is None else f32_scale_bits(
+            "tensor_scale", tensor_scale, inf_ok=False,
+            why_inf=" (decode is e2m1 * e4m3 * tensor_scale: it must be finite)")
     n = codes.shape[ax]
     expect = list(codes.shape)
     expect[ax] = -(-n // bs)
@@ -272,8 +350,35 @@ def dequantize(mx: MXTensor | None = None, *, codes=None, scales=None, fmt=None,
     s2 = _to_rows(scales, ax)
     out = np.empty(c2.shape, dtype=np.uint32)
     if c2.size:
-        if fmt.is_nvfp4:
+        if fmt.is_nvfp4 and row_ts is not None:
+            for tv in np.unique(row_ts):          # one tensor scale per row (te_nvfp4_row)
+                idx = np.nonzero(row_ts == tv)[0]
+                o = np.empty((len(idx), c2.shape[1]), np.uint32)
+                K.dequantize_nvfp4(np.ascontiguousarray(c2[idx]), np.ascontiguousarray(s2[idx]),
+                                   bs, int(tv), fmt.element.kernel_params(), _E4M3P, _F32P, o)
+                out[idx] = o
+        elif fmt.is_nvfp4:
             K.dequantize_nvfp4(c2, s2, bs, tbits, fmt.element.kernel_params(), _E4M3P, _F32P, out)
         else:
             K.dequantize_mx(c2, s2, bs, fmt.element.kernel_params(), _F32P, out)
     return _from_rows(out, moved_shape, ax).view(np.float32)
+
+
+def _row_tensor_scales(ts: np.ndarray, codes_shape, ax: int) -> np.ndarray:
+    """A per-row NVFP4 tensor scale (nvfp4_amax_scope='row'): float32 shaped like the codes
+    with the block axis removed, each finite and >= 0; returns the fp32 bits, one per row of
+    the [rows, n] view along the block axis."""
+    expect = tuple(d for i, d in enumerate(codes_shape) if i != ax)
+    if ts.dtype != np.float32 or ts.shape != expect:
+        raise ShapeError(f"a per-row tensor_scale must be float32 of shape {expect} (the codes "
+                         f"without the block axis), got {ts.dtype} {ts.shape}")
+    b = np.ascontiguousarray(ts).view(np.uint32).reshape(-1)
+    mag = b & np.uint32(0x7FFFFFFF)
+    if (mag > 0x7F800000).any():
+        raise ScaleValueError("tensor_scale has a NaN row")
+    if (mag == 0x7F800000).any():
+        raise ScaleValueError("tensor_scale has an infinite row (decode is e2m1 * e4m3 * "
+                              "tensor_scale: it must be finite)")
+    if ((b >> 31).astype(bool) & (mag != 0)).any():
+        raise ScaleValueError("tensor_scale has a negative row")
+    return mag

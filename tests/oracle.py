@@ -69,6 +69,8 @@ def fp32_bits_to_value(b):
 
 def round_int(x, rounding, rbits=None):
     """Round a Fraction x >= 0 to an integer by the doc's modes."""
+    if rounding == "f32_half_up":    # microxcaling torch: floor(fl32(x + 0.5)), x an fp32 value
+        return floor_int(fp32_bits_to_value(value_to_fp32_bits(0, x + HALF))[1])
     fl = floor_int(x)
     frac = x - fl
     if rounding == "rne":
@@ -190,11 +192,20 @@ def block_scale(bits_list, fmt, knobs):
         return 0xFE
     if has_inf:                      # "exponent": the Inf is read as 2^128 by the scale rule
         amax = pow2(128)
+    if knobs.get("amax_floor", 0):   # DeepSeek-V4: the rule reads max(amax, floor)
+        amax = max(amax, fp32_bits_to_value(knobs["amax_floor"])[1])
+    if amax == 0 and knobs.get("zero_block_amax", "zero") == "min_normal":
+        amax = pow2(-126)            # microxcaling torch: amax + FP32_MIN_NORMAL * (amax == 0)
     if amax == 0:
         return 0x00
     mb, emin, emax, mx, *_ = facts(fmt)
     rule = knobs["scale_rule"]
-    if rule == "floor":
+    if rule == "floor" and knobs.get("scale_log2_f32"):
+        # microxcaling torch: floor(float32(log2(amax))); amax is an fp32 value (exact as a
+        # float), log2 in float64, then RNE to float32 with numpy (every fp32 input lies
+        # >= 2^-27 from a float32 rounding boundary of its log2, far above float64 error)
+        s = math.floor(float(np.float32(math.log2(float(amax))))) - emax
+    elif rule == "floor":
         s = floor_log2(amax) - emax
     elif rule == "rceil" and knobs.get("rceil_f32_log2"):
         # torchao 0.18: ceil(float32(log2(fl32(amax / max)))); log2 here in float64, then RNE
@@ -226,11 +237,22 @@ def block_scale(bits_list, fmt, knobs):
 def element_code(b, s, fmt, knobs, rbits=None):
     """Code of the fp32 input b in an unpoisoned block with shared exponent s (step 4)."""
     v, exact_zero = prepare(b, knobs)
+    if v == "nan" and knobs.get("nan_element", "nan") == "signed_max" and fmt != "int8":
+        # AMD gfx950 (fcbx::nan): the max normal (or NaN code) with the input's sign bit
+        mb, emin, emax, mx, max_code, nan_code, inf_code, width = facts(fmt)
+        return (b >> 31) << (width - 1) | (max_code if nan_code is None else nan_code)
     if v == "nan":
         return nan_or_zero(fmt)
     if v in ("+inf", "-inf"):
         return overflow_code(int(v == "-inf"), fmt, knobs["overflow"],
                              knobs.get("int8_min", "symmetric"))
+    if knobs.get("element_round_f32"):
+        # microxcaling torch: A = fl32(x / 2^s) (a zero A is an exact zero: torch.sign(-0.0)
+        # is 0), then sign(A) * floor(fl32(|A| / quantum + 0.5)) on A's own quantum
+        a = fp32_bits_to_value(value_to_fp32_bits(v[0], v[1] / pow2(s)))[1]
+        return round_to_element(v[0], a, fmt, "f32_half_up", knobs["overflow"],
+                                knobs["signed_zero"], exact_zero or a == 0, rbits,
+                                knobs.get("int8_min", "symmetric"))
     return round_to_element(v[0], v[1] / pow2(s), fmt, knobs["rounding"], knobs["overflow"],
                             knobs["signed_zero"], exact_zero, rbits,
                             knobs.get("int8_min", "symmetric"))
@@ -386,6 +408,11 @@ def quantize_nvfp4_order(rows, knobs, block_size=16, rbits=None):
             if order == "te":
                 sc6 = f32_mul(s_enc, f32_div(one, six))
                 sc = _code_of_f32(f32_min_pos(f32_mul(bam, sc6), F32_MAX), "e4m3")
+            elif order == "triton_kernels":                 # fl(amax / 6).clamp(max=448)
+                s = f32_div(bam, six)
+                if (s & 0x7FFFFFFF) <= F32_INF:
+                    s = min(s, 0x43E00000)
+                sc = _code_of_f32(s, "e4m3")
             else:
                 s = f32_div(bam, six)
                 s = f32_div(s, t) if two_level else s
@@ -398,16 +425,54 @@ def quantize_nvfp4_order(rows, knobs, block_size=16, rbits=None):
             sbits = NAN32 if S == "nan" else value_to_fp32_bits(0, S[1])
             if order == "te":
                 mult = f32_min_pos(f32_div(one, f32_mul(sbits, t)), F32_MAX)
+            elif order == "triton_kernels":                 # where(S == 0, 0, 1 / S)
+                mult = 0 if sc == 0 else f32_div(one, sbits)
             else:
                 mult = f32_div(f32_div(one, t) if two_level else one, sbits)
             srow.append(sc)
             for b, r in zip(blk, rb):
                 y = f32_mul(b, mult)
-                if order == "torchao" and F32_INF >= (y & 0x7FFFFFFF) > six:
+                if order in ("torchao", "triton_kernels") and F32_INF >= (y & 0x7FFFFFFF) > six:
                     y = (y & 0x80000000) | six              # torch.clamp(-6, 6)
                 crow.append(_code_of_f32(y, "e2m1", knobs["rounding"], knobs["signed_zero"], r))
         scales.append(srow)
         codes.append(crow)
+    return t, scales, codes
+
+
+def quantize_nvfp4_row_scope(rows, knobs, block_size=16, rbits=None):
+    """nvfp4_amax_scope='row': every row its own tensor (its own amax and T). Returns
+    (T_bits per row, scales, codes)."""
+    ts, scales, codes = [], [], []
+    for i, row in enumerate(rows):
+        t, s, c = quantize_nvfp4_order([row], knobs, block_size,
+                                       None if rbits is None else [rbits[i]])
+        ts.append(t)
+        scales.append(s[0])
+        codes.append(c[0])
+    return ts, scales, codes
+
+
+def quantize_nvfp4_tile_2d(rows, knobs, rbits=None):
+    """nvfp4_tile_2d: rows [R][n] zero-padded to multiples of 16; each 16x16 tile is one
+    block (its amax the tile amax, its elements encoded with the tile scale); the tile
+    scale is repeated for each of its rows. Returns (T_bits, scales [R][ceil(n/16)], codes)."""
+    R, n = len(rows), len(rows[0])
+    R16, N16 = -(-R // 16) * 16, -(-n // 16) * 16
+    pad = [list(r) + [0] * (N16 - n) for r in rows] + [[0] * N16] * (R16 - R)
+    padr = None if rbits is None else \
+        [list(r) + [0] * (N16 - n) for r in rbits] + [[0] * N16] * (R16 - R)
+    tiles, tr = [], []
+    for i in range(0, R16, 16):
+        for j in range(0, N16, 16):
+            tiles.append([pad[i + a][j + b] for a in range(16) for b in range(16)])
+            if padr is not None:
+                tr.append([padr[i + a][j + b] for a in range(16) for b in range(16)])
+    t, ts, tc = quantize_nvfp4_order(tiles, knobs, 256, None if padr is None else tr)
+    nbt = N16 // 16
+    scales = [[ts[(i // 16) * nbt + j][0] for j in range(nbt)] for i in range(R)]
+    codes = [[tc[(i // 16) * nbt + j // 16][(i % 16) * 16 + j % 16] for j in range(n)]
+             for i in range(R)]
     return t, scales, codes
 
 

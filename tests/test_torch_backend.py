@@ -21,6 +21,7 @@ from mxref.errors import (AmbiguousInputError, AxisError, BlockSizeError,  # noq
                           ProfileConflictError, UnknownFormatError, UnknownProfileError,
                           UnsupportedDtypeError)
 from mxref.golden.store import column_numpy, read_golden, schema_meta  # noqa: E402
+from mxref.verify.compare import logical_shape  # noqa: E402
 from mxref.profiles import PROFILES  # noqa: E402
 
 from mxkernels import torch_emu as E  # noqa: E402
@@ -110,20 +111,23 @@ def check_file(backend, path: Path, *, mutate=None) -> list[str]:
     elif op == "quantize_nvfp4":
         src = column_numpy(t, "src_bits")
         rows = src.shape[0]
-        src = src.reshape(rows, 4, 16)
-        exp_s = column_numpy(t, "exp_scales").reshape(rows, 4)
-        exp_c = column_numpy(t, "exp_codes").reshape(rows, 4, 16)
-        exp_t = column_numpy(t, "exp_tensor_scale")
+        m, n = logical_shape(t, "src_bits")     # 4x16; 32x32 for the 2D-tile profile
+        src = src.reshape(rows, m, n)
+        exp_s = column_numpy(t, "exp_scales").reshape(rows, m * n // 16)
+        exp_c = column_numpy(t, "exp_codes").reshape(rows, m, n)
+        exp_t = column_numpy(t, "exp_tensor_scale")        # [rows] or [rows, m] (row scope)
         s, c, ts = backend.quantize_nvfp4(src, src_dtype=sd, profile=profile)
-        s = s.reshape(rows, 4)
+        s = s.reshape(rows, m * n // 16)
+        ts = ts.reshape(exp_t.shape)
         s, c, ts = mutate("scales", s), mutate("codes", c), mutate("tensor_scale", ts)
         report("tensor_scale", _rows_bad(ts == exp_t))
         report("scales", _rows_bad(s == exp_s))
         # scale_only rows: codes of a poisoned block (E4M3 NaN scale 0x7F) are don't-care
-        care = (check != "scale_only")[:, None, None] | (exp_s != 0x7F)[:, :, None]
+        care = (check != "scale_only")[:, None, None] | \
+            (exp_s != 0x7F).reshape(rows, m, n // 16).repeat(16, axis=2)
         report("codes", _rows_bad((c == exp_c) | ~care))
         if "exp_dequant" in t.column_names and rows:
-            d = E.dequantize_nvfp4(torch.from_numpy(exp_s.astype(np.int64)[..., None]),
+            d = E.dequantize_nvfp4(torch.from_numpy(exp_s.astype(np.int64).reshape(rows, m, n // 16)),
                                    torch.from_numpy(exp_c.astype(np.int64)),
                                    torch.from_numpy(exp_t.astype(np.int64)), batch_dims=1)
             d = d.numpy().view(np.uint32).reshape(rows, -1)

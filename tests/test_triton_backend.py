@@ -100,7 +100,14 @@ def _first_rows(bad, cls, what, k=5):
 def test_claims_cover_the_corpus(backend):
     """Every profile and op of the corpus is claimed (each is then checked below)."""
     corpus_profiles = {k[2] for k in INDEX}
-    assert set(backend.profiles) == corpus_profiles
+    # TE's row-scaled and 2D-tile NVFP4 are not in the kernels: the backend refuses them
+    # (Unsupported, tests/test_profile_nvfp4_variants.py) instead of claiming them
+    refused = {"te_nvfp4_row", "te_nvfp4_2d"}
+    assert set(backend.profiles) == corpus_profiles - refused
+    for prof in sorted(refused):
+        with pytest.raises(Unsupported):
+            backend.quantize_nvfp4(np.zeros((1, 4, 16), np.float32).view(np.uint32),
+                                   src_dtype="float32", profile=prof)
     assert set(backend.profiles) <= set(PROFILES)
     assert backend.ops >= frozenset(CORE_OPS)
     # the kernels cover the ops of the kernels issue; decomposition and the corrections are
@@ -200,7 +207,8 @@ def test_pack_and_scale_layouts(backend, coord):
                 assert backend.scale_layout(s, layout="amd").tolist() == row["exp_amd"]
 
 
-@pytest.mark.parametrize("coord", _coords("quantize_nvfp4"), ids=_id)
+@pytest.mark.parametrize("coord", [c for c in _coords("quantize_nvfp4")
+                                   if c[1] not in ("te_nvfp4_row", "te_nvfp4_2d")], ids=_id)
 def test_quantize_nvfp4(backend, coord):
     _, profile, sd = coord
     src, es, ec, ets, cls = _cat("quantize_nvfp4", coord, "src_bits", "exp_scales", "exp_codes",

@@ -24,10 +24,10 @@ from .f32 import (  # noqa: E402, F401
 from .semantics import (  # noqa: E402, F401
     CEIL, EVEN, FINITE_RULE, FLOOR, INT8_FULL, INT8_SYMMETRIC, LN2_Q32, NAN_SCALE,
     NONSATURATING, NV_EXACT, NV_TE,
-    NV_TORCHAO, POISON, RCEIL, ROUND_DOWN, SAT_RNE, SATURATE, SCALE_MAX, SZ_INPUT_TO_POS,
+    NV_TORCHAO, NV_TRITON_KERNELS, POISON, RCEIL, ROUND_DOWN, SAT_RNE, SATURATE, SCALE_MAX, SZ_INPUT_TO_POS,
     SZ_NEVER_NEG, SZ_PRESERVE, block_amax, block_poisoned, block_policy, clamp_exponent,
     code_to_f32, element_exponent, element_parts, encode_f32, encode_fast_ok, finish_code,
-    finish_element, int_full, nan_element_code, nonfinite_policy, nvfp4_block_scale, overflow_code, rceil_via_f32_log2,
+    finish_element, int_full, nan_element, nan_element_code, nonfinite_policy, nvfp4_block_scale, overflow_code, rceil_via_f32_log2,
     scale_thresholds, shared_exponent, shared_exponent_thresholds, te_4over6_block_scale,
     thresholds_exact, zero_code)
 from .mx import (  # noqa: E402, F401

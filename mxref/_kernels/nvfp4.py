@@ -14,7 +14,7 @@ from ..formats import P_NAN
 from .f32 import (_JIT, F32_2688, F32_INF, F32_MAXBITS, F32_ONE, F32_QNAN, F32_SIX, STOCHASTIC,
                   bit_length, element_quotient, f32_div, f32_min_pos, f32_mul, f32_parts, njit,
                   round_magnitude, to_f32_bits)
-from .semantics import (NV_EXACT, NV_TE, NV_TORCHAO, block_amax, block_poisoned, code_to_f32,
+from .semantics import (NV_EXACT, NV_TE, NV_TORCHAO, NV_TRITON_KERNELS, block_amax, block_poisoned, code_to_f32,
                         element_parts, encode_f32, finish_code, nvfp4_block_scale, zero_code)
 
 
@@ -71,6 +71,9 @@ def quantize_nvfp4(bits, block, t, s_enc, sc6, order, two_level, fp, e4p, f32p, 
             # torchao 0.18 multiplies by the reciprocal of the combined scale (MSLK Triton order):
             # fl(fl(1 / T) / S) with two-level scaling, fl(1 / S) with one
             recip = f32_div(f32_div(F32_ONE, t, f32p) if two_level else F32_ONE, sval, f32p)
+        elif order == NV_TRITON_KERNELS:
+            # triton_kernels: quant_scale = where(S == 0, 0, fl(1 / S)); x * quant_scale
+            recip = 0 if sc == 0 else f32_div(F32_ONE, sval, f32p)
         for i in range(lo, hi):
             b = np.int64(bits[r, i])
             rb = np.int64(rbits[r, i]) if use_rbits else np.int64(0)
@@ -78,7 +81,9 @@ def quantize_nvfp4(bits, block, t, s_enc, sc6, order, two_level, fp, e4p, f32p, 
             if a >= F32_INF or order != NV_EXACT:
                 if order == NV_TE:
                     b = f32_mul(b, inv, f32p)
-                elif order == NV_TORCHAO:
+                elif order == NV_TORCHAO or order == NV_TRITON_KERNELS:
+                    # triton_kernels saturates the E2M1 cast (min(code, 7)): the same codes
+                    # as torchao's clamp to +-6 followed by RNE
                     b = f32_mul(b, recip, f32p)
                     ab = b & 0x7FFFFFFF
                     if ab <= F32_INF and ab > F32_SIX:

@@ -12,6 +12,7 @@ corrections, decompose) call these small functions blindly, handing them the pro
   :func:`shared_exponent` (the spec) and its fast twin :func:`shared_exponent_thresholds`
   (two significand thresholds from :func:`scale_thresholds`, valid where
   :func:`thresholds_exact`);
+* ``amax_floor``: :func:`shared_exponent` (the rule reads max(amax, floor); not in the twin);
 * ``nan_in_block``, ``inf_in_block``: :func:`block_poisoned`, :func:`nonfinite_policy`,
   :func:`block_policy`;
 * ``zero_scale_elem_exp``: :func:`element_exponent`;
@@ -31,8 +32,12 @@ from ..formats import (P_BIAS, P_EMAX, P_EMIN, P_EVENTHR, P_INF, P_KIND, P_MAXCO
 from ..profiles import (K_FLUSH, K_INF, K_INT8_MIN, K_NAN, K_NV_MIN, K_OVERFLOW, K_RCEIL_SUB,
                         K_ROUNDING, K_RCEIL_LOG2, K_SCALE_OVF, K_SCALE_RULE, K_SZERO, K_ZEXP,
                         N_KNOBS)
+from ..profiles import K_AMAX_FLOOR
+from ..profiles import K_ELEM_F32, K_LOG2_F32, K_ZERO_AMAX
+from ..profiles import K_NAN_ELEM
 from .f32 import (_JIT, F32_448, F32_E4M3_TINY, F32_INF, F32_MAXBITS, F32_PARAMS, F32_QNAN,
-                  F32_SIX, RNE, STOCHASTIC, bit_length, exact_quotient, f32_div, f32_min_pos,
+                  F32_SIX, RNE, STOCHASTIC, TIES_AWAY, bit_length, exact_quotient, f32_div,
+                  f32_min_pos,
                   f32_mul, f32_parts, njit, normalize_f32, round_magnitude, to_f32_bits)
 
 NAN_SCALE = 128          # sentinel shared exponent meaning "scale byte 0xFF"
@@ -44,7 +49,7 @@ POISON = 0
 SCALE_MAX = 1            # inf_in_block: Inf amax -> 0xFE
 FLOOR, RCEIL, CEIL, EVEN, ROUND_DOWN = 0, 1, 2, 3, 4
 SZ_PRESERVE, SZ_INPUT_TO_POS, SZ_NEVER_NEG = 0, 1, 2
-NV_EXACT, NV_TE, NV_TORCHAO = 0, 1, 2
+NV_EXACT, NV_TE, NV_TORCHAO, NV_TRITON_KERNELS = 0, 1, 2, 3
 INT8_SYMMETRIC, INT8_FULL = 0, 1
 
 SAT_RNE = np.zeros(N_KNOBS, dtype=np.int64)   # profile vector: saturate, RNE, preserve signed zero
@@ -103,13 +108,28 @@ def nan_element_code(fp):
     return fp[P_NAN] if fp[P_NAN] >= 0 else 0
 
 
+NAN_ELEM_SIGNED_MAX = 1  # nan_element: 'signed_max'
+
+
+@njit(**_JIT)
+def nan_element(neg, fp, pp):
+    """Code of a NaN element of an unpoisoned block (or of a lone conversion) under the
+    ``nan_element`` knob: 'nan' -> :func:`nan_element_code`; 'signed_max' -> the max normal
+    with the input's sign in a format without NaN (AMD gfx950 host model ``fcbx::nan``:
+    E2M1 sign|0b0111, E2M3/E3M2 sign|0b011111), the NaN code with the sign where it has one."""
+    if pp[K_NAN_ELEM] == NAN_ELEM_SIGNED_MAX and fp[P_KIND] != 1:
+        mag = fp[P_NAN] if fp[P_NAN] >= 0 else fp[P_MAXCODE]
+        return mag | (neg << fp[P_SIGNBIT])
+    return nan_element_code(fp)
+
+
 @njit(**_JIT)
 def encode_f32(b, s, fp, pp, rbits):
     """Element code of fp32 bits ``b`` divided by ``2**s`` (exactly, one rounding)."""
     neg = np.int64(b >> 31)
     a = np.int64(b & 0x7FFFFFFF)
     if a > F32_INF:
-        return nan_element_code(fp)
+        return nan_element(neg, fp, pp)
     if a == F32_INF:
         return finish_element(0, True, neg, fp, pp)
     if a == 0:
@@ -125,7 +145,30 @@ def encode_f32(b, s, fp, pp, rbits):
         sig = (a & 0x7FFFFF) | 0x800000
         p = 23
         exp2 = ea - 150 - s
+    if pp[K_ELEM_F32] == 1:
+        return encode_f32_half_up(neg, sig, p, exp2, fp, pp)
     code, ovf = round_magnitude(sig, p, exp2, False, fp, pp[K_ROUNDING], rbits)
+    if code == 0:
+        return zero_code(neg, False, fp, pp[K_SZERO])
+    return finish_element(code, ovf, neg, fp, pp)
+
+
+@njit(**_JIT)
+def encode_f32_half_up(neg, sig, p, exp2, fp, pp):
+    """element_round_f32 (microxcaling torch, mx/elemwise_ops.py::_quantize_elemwise_core and
+    _round_mantissa 'nearest'): the element of the nonzero finite sig * 2^exp2 = x / 2^s as
+    float32 computes it: A = fl32(x / 2^s); A == 0 (x / 2^s <= 2^-150) is an exact zero input
+    (torch.sign(-0.0) = 0: +0); else sign(A) * floor(fl32(|A| * 2^k + 0.5)) with |A| * 2^k
+    exact (k puts one quantum at 1). That float32 sum is exact except at |A| * 2^k =
+    0.5 - 2^-25 (sig 2^24 - 1, one quantum 2^25 above its lsb), where the tie 1 - 2^-25
+    rounds to 1.0 (even): one quantum instead of 0. Elsewhere floor(|A| * 2^k + 0.5), ties
+    away from zero."""
+    if p + exp2 < -150 or (p + exp2 == -150 and sig == (1 << p)):
+        return zero_code(neg, True, fp, pp[K_SZERO])
+    q = -fp[P_MBITS] if fp[P_KIND] == 1 else fp[P_EMIN] - fp[P_MBITS]
+    if p == 23 and sig == (1 << 24) - 1 and exp2 == q - 25:
+        return finish_element(1, False, neg, fp, pp)
+    code, ovf = round_magnitude(sig, p, exp2, False, fp, TIES_AWAY, 0)
     if code == 0:
         return zero_code(neg, False, fp, pp[K_SZERO])
     return finish_element(code, ovf, neg, fp, pp)
@@ -172,11 +215,18 @@ def shared_exponent(amax, fp, pp):
     """Unbiased shared exponent for a block whose finite amax has fp32 bits ``amax``.
 
     Returns NAN_SCALE when the profile turns an out-of-range exponent into a NaN scale.
+    ``amax_floor``: the rule reads max(amax, floor) (an all-zero block included; DeepSeek-V4).
     """
+    if amax < pp[K_AMAX_FLOOR]:
+        amax = pp[K_AMAX_FLOOR]
+    if amax == 0 and pp[K_ZERO_AMAX] == ZERO_AMAX_MIN_NORMAL:
+        amax = 0x00800000                    # microxcaling torch: amax + 2^-126 * (amax == 0)
     if amax == 0:
         return -127                          # all-zero block: byte 0x00 (every rule)
     sig, e = normalize_f32(amax)
     rule = pp[K_SCALE_RULE]
+    if rule == FLOOR and pp[K_LOG2_F32] == 1:
+        return clamp_exponent(floor_via_f32_log2(amax) - fp[P_EMAX], pp)
     s = e - fp[P_EMAX]
     if rule == RCEIL and pp[K_RCEIL_LOG2] == 1:
         return clamp_exponent(rceil_via_f32_log2(amax, fp), pp)
@@ -237,6 +287,39 @@ def rceil_via_f32_log2(amax, fp):
     return k + 1
 
 
+ZERO_AMAX_MIN_NORMAL = 1   # zero_block_amax: 'min_normal'
+
+# floor_via_f32_log2: for the integer j = E + 1 just above a binade, the float32 log2 of
+# sig24 * 2^(E-23) rounds up to j iff d = 2^24 - sig24 < 2^24 (1 - 2^(-2^-t)), 2^-t half an
+# ulp of the float32 binade next to j on the side log2 comes from (below j > 0, above |j| for
+# j < 0). Largest such d by t (index); the bounds' fractional parts, 0.72 0.36 0.18 0.09 0.55
+# 0.77 0.39 0.69 0.35 for t = 17..25, keep every input >= 0.09 input ulp from the rounding
+# boundary. j in [-148, 128] gives t in [17, 25].
+F32LOG2_FLOOR_DMAX = np.array([0] * 17 + [88, 44, 22, 11, 5, 2, 1, 0, 0] + [0] * 6,
+                              dtype=np.int64)
+
+
+@njit(**_JIT)
+def floor_via_f32_log2(amax):
+    """floor(fl32(log2(a))) for a positive finite fp32 magnitude ``a`` (bits), decided on
+    integers: microxcaling's torch path, ``torch.floor(torch.log2(amax))`` on float32
+    (mx/mx_ops.py::_shared_exponents). An amax within a few ulps below a power of two 2^j
+    (|j| >= 2) reads as 2^j (fp32 0x40FFFFFF: log2 -> 3.0). Assumes a correctly rounded
+    float32 log2 at these inputs (checked against torch's CPU log2 on every binade in
+    tests/test_profile_microxcaling_torch.py)."""
+    sig, e = normalize_f32(amax)
+    j = e + 1
+    if j == 0 or sig == (1 << 23):
+        return e
+    if j > 0:
+        t = 24 - (bit_length(j) - 1) + (1 if (j & (j - 1)) == 0 else 0)
+    else:
+        t = 24 - (bit_length(-j) - 1)
+    if (1 << 24) - sig <= F32LOG2_FLOOR_DMAX[t]:
+        return j
+    return e
+
+
 @njit(**_JIT)
 def element_exponent(s, pp):
     """Exponent the elements of a block with shared exponent ``s`` are divided by: a 0x00 scale
@@ -250,7 +333,8 @@ def thresholds_exact(pp):
     normal (or zero) amax under profile vector ``pp``: no flush, no any_up RCEIL edge, no NaN
     on exponent overflow, no float32-log2 RCEIL."""
     return (pp[K_FLUSH] == 0 and pp[K_RCEIL_SUB] == 0 and pp[K_SCALE_OVF] == 0
-            and pp[K_RCEIL_LOG2] == 0)
+            and pp[K_RCEIL_LOG2] == 0 and pp[K_AMAX_FLOOR] == 0
+            and pp[K_LOG2_F32] == 0 and pp[K_ZERO_AMAX] == 0)
 
 
 @njit(**_JIT)
@@ -340,7 +424,8 @@ def block_policy(has_nan, has_inf, amax, fp, pp):
 def encode_fast_ok(pp):
     """Whether the vectorized element encoders of .mx serve profile vector ``pp`` (RNE /
     ties_away / ties_zero, no flush, signed zeros preserved)."""
-    return pp[K_FLUSH] == 0 and pp[K_ROUNDING] != STOCHASTIC and pp[K_SZERO] == SZ_PRESERVE
+    return (pp[K_FLUSH] == 0 and pp[K_ROUNDING] != STOCHASTIC and pp[K_SZERO] == SZ_PRESERVE
+            and pp[K_NAN_ELEM] == 0 and pp[K_ELEM_F32] == 0)
 
 
 # ---- NVFP4 block scale: nvfp4_order, nvfp4_scale_min -----------------------------------------
@@ -365,6 +450,13 @@ def nvfp4_block_scale(bamax, order, two_level, t, sck, divisor, e4p, f32p, pp):
     elif order == NV_TE:
         sdb = f32_min_pos(f32_mul(bamax, sck, f32p), F32_MAXBITS)
         code = encode_f32(sdb, 0, e4p, SAT_RNE, 0)
+    elif order == NV_TRITON_KERNELS:
+        # triton_kernels downcast_to_mxfp_torch ROUND_NEAREST: fl(amax / 6).clamp(max=448)
+        # .to(float8_e4m3fn): RNE, subnormal scales and 0 kept, NaN stays NaN
+        s = f32_div(bamax, F32_SIX, f32p)
+        if (s & 0x7FFFFFFF) <= F32_INF and s > F32_448:
+            s = F32_448
+        code = encode_f32(s, 0, e4p, SAT_RNE, 0)
     else:
         s = f32_div(bamax, F32_SIX, f32p)
         if two_level:

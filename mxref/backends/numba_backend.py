@@ -21,6 +21,13 @@ def _view(src: np.ndarray, src_dtype: str):
     return src, src_dtype
 
 
+def _ts_shape(src, profile):
+    """tensor_scale of quantize_nvfp4 on [T, R, C]: [T], or [T, R] when the profile takes a
+    tensor scale per row (nvfp4_amax_scope='row')."""
+    return (src.shape[:-1] if get_profile(profile).nvfp4_amax_scope == "row"
+            else (src.shape[0],))
+
+
 class NumbaBackend(Backend):
     name = "numba"
     version = __version__
@@ -44,12 +51,12 @@ class NumbaBackend(Backend):
     def quantize_nvfp4(self, src, *, src_dtype, profile):
         scales = np.empty(src.shape[:-1] + (src.shape[-1] // 16,), np.uint8)
         codes = np.empty(src.shape, np.uint8)
-        ts = np.empty(src.shape[0], np.uint32)
+        ts = np.empty(_ts_shape(src, profile), np.uint32)
         for t in range(src.shape[0]):        # each tensor has its own global amax
             x, sd = _view(src[t], src_dtype)
             mx = quantize(x, "nvfp4", profile, axis=-1, source_dtype=sd)
             scales[t], codes[t] = mx.scales, mx.codes
-            ts[t] = np.float32(mx.tensor_scale).view(np.uint32)
+            ts[t] = np.asarray(mx.tensor_scale, np.float32).view(np.uint32)
         return scales, codes, ts
 
     def convert(self, src, *, src_dtype, fmt, profile):
@@ -149,12 +156,12 @@ class NumbaBackend(Backend):
         prof = sr_profile(profile)
         scales = np.empty(src.shape[:-1] + (src.shape[-1] // 16,), np.uint8)
         codes = np.empty(src.shape, np.uint8)
-        ts = np.empty(src.shape[0], np.uint32)
+        ts = np.empty(_ts_shape(src, prof), np.uint32)
         for t in range(src.shape[0]):        # each tensor has its own global amax
             x, sd = _view(src[t], src_dtype)
             mx = quantize(x, "nvfp4", prof, axis=-1, source_dtype=sd, rbits=rbits[t])
             scales[t], codes[t] = mx.scales, mx.codes
-            ts[t] = np.float32(mx.tensor_scale).view(np.uint32)
+            ts[t] = np.asarray(mx.tensor_scale, np.float32).view(np.uint32)
         return scales, codes, ts
 
     def random_bits(self, n, *, seed, offset):

@@ -72,11 +72,14 @@ class FileSpec:
         return f"L{self.level}/{self.op}/{self.fmt}__{self.profile}__{self.src_dtype}.arrow"
 
 
-def applies(fmt: str, profile) -> bool:
-    """Whether a profile (name or Profile) defines every knob this format needs."""
+def applies(fmt: str, profile, src_dtype: str | None = None) -> bool:
+    """Whether a profile (name or Profile) defines every knob this format needs and, when
+    ``src_dtype`` is given, that source dtype (``Profile.source_dtypes``)."""
     prof = PROFILES[profile] if isinstance(profile, str) else profile
     try:
         prof.check_format(FORMATS[fmt])
+        if src_dtype is not None:
+            prof.check_source_dtype(src_dtype)
         return True
     except Exception:  # a knob/format combination the profile does not define
         return False

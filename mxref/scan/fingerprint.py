@@ -68,6 +68,8 @@ def applicable_profiles(fmt) -> list:
             p.check_format(f)
         except MXRefError:
             continue
+        if p.nvfp4_amax_scope != "tensor" or p.nvfp4_tile_2d:
+            continue    # the rule table models one tensor scale and 1x16 blocks (te_nvfp4's)
         out.append(p)
     return out
 

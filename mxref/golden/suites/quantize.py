@@ -33,7 +33,7 @@ from ..writer import dict_column, plain_column, tensor_column
 def _mx_specs(op, level):
     """One file per MX format x profile that defines it x source dtype."""
     return [FileSpec(op, fmt, pname, s, level) for fmt in MX_FORMATS
-            for pname, prof in PROFILES.items() if applies(fmt, prof) for s in SRC_NP]
+            for pname, prof in PROFILES.items() for s in SRC_NP if applies(fmt, prof, s)]
 
 
 def specs_quantize_mx(level):
@@ -46,8 +46,8 @@ def specs_quantize_mx_tensor(level):
 
 def specs_quantize_nvfp4(level):
     return [FileSpec("quantize_nvfp4", fmt, pname, s, level) for fmt in FORMATS
-            if FORMATS[fmt].is_nvfp4 for pname, prof in PROFILES.items() if applies(fmt, prof)
-            for s in SRC_NP]
+            if FORMATS[fmt].is_nvfp4 for pname, prof in PROFILES.items() for s in SRC_NP
+            if applies(fmt, prof, s)]
 
 
 def specs_convert(level):
@@ -101,36 +101,67 @@ def build_quantize_mx(spec: FileSpec, cross_check=True):
     return cols, classes, extra
 
 
+def _nvfp4_tile_2d_rows(cs, src):
+    """nvfp4_tile_2d files: one row = one 32x32 tensor made of 16 consecutive 4x16 cases,
+    four per 16x16 tile (tile (i, j) stacks cases 4 (2i + j) .. 4 (2i + j) + 3 vertically);
+    the last tensor wraps around to the first cases. Returns (src [N, 32, 32], classes, tags):
+    a row's class is its first case's, its tags every member's class and tags."""
+    k = len(cs)
+    n = -(-k // 16)
+    idx = [(r * 16 + j) % k for r in range(n) for j in range(16)]
+    blocks = src[idx].reshape(n, 2, 2, 4, 4, 16)            # [row, ti, tj, case, 4, 16]
+    out = np.ascontiguousarray(blocks.transpose(0, 1, 3, 4, 2, 5).reshape(n, 32, 32))
+    classes = [cs[idx[r * 16]].cls for r in range(n)]
+    tags = [sorted({"tile2d"} | {cs[i].cls for i in idx[r * 16:(r + 1) * 16]}
+                   | {t for i in idx[r * 16:(r + 1) * 16] for t in cs[i].tags})
+            for r in range(n)]
+    return out, classes, tags
+
+
 def build_quantize_nvfp4(spec: FileSpec, cross_check=True):
     cs = C.nvfp4_cases(spec.src_dtype, spec.level)
     if not cs:
         return None
+    prof = PROFILES[spec.profile]
     src = np.stack([c.src for c in cs]).astype(SRC_NP[spec.src_dtype])
     classes = [c.cls for c in cs]
+    tags = [list(c.tags) for c in cs]
+    shape = (4, 16)
+    if prof.nvfp4_tile_2d:      # 16x16 tiles need taller tensors: 32x32 (4 tiles)
+        src, classes, tags = _nvfp4_tile_2d_rows(cs, src)
+        shape = (32, 32)
+        src = src.reshape(len(src), -1)
+    nb = shape[0] * shape[1] // 16
     x, sd = src_view(src, spec.src_dtype)
     scales, codes, ts, deq = [], [], [], []
     for row in x:           # every row is its own tensor with its own global amax
-        mx = quantize(row.reshape(4, 16), "nvfp4", spec.profile, source_dtype=sd)
+        mx = quantize(row.reshape(shape), "nvfp4", spec.profile, source_dtype=sd)
         scales.append(mx.scales.reshape(-1))
         codes.append(mx.codes.reshape(-1))
-        ts.append(np.float32(mx.tensor_scale).view(np.uint32))
+        ts.append(np.asarray(mx.tensor_scale, np.float32).view(np.uint32))
         deq.append(mx.dequantize().reshape(-1).view(np.uint32))
+    ts_meta = {"dtype": "float32", "encoding": "ieee754-bits", "role": "expected"}
+    if prof.nvfp4_amax_scope == "row":      # one tensor scale per row of the tensor
+        ts_col = tensor_column("exp_tensor_scale", np.stack(ts).reshape(len(ts), shape[0]),
+                               {**ts_meta, "logical_shape": [shape[0]]})
+    else:
+        ts_col = plain_column("exp_tensor_scale", np.array(ts, np.uint32), ts_meta)
     cols = [
         plain_column("case_id", case_ids(spec, classes, src)),
         dict_column("class", classes),
-        plain_column("tags", [list(c.tags) for c in cs]),
-        dict_column("check", ["bitexact"] * len(cs)),
-        src_field(spec, src, [4, 16]),
+        plain_column("tags", tags),
+        dict_column("check", ["bitexact"] * len(classes)),
+        src_field(spec, src, list(shape)),
         tensor_column("exp_scales", np.stack(scales), {
-            "dtype": "e4m3", "encoding": "ocp-code", "role": "expected", "logical_shape": [4]}),
+            "dtype": "e4m3", "encoding": "ocp-code", "role": "expected",
+            "logical_shape": [nb] if nb == shape[0] else [shape[0], nb // shape[0]]}),
         tensor_column("exp_codes", np.stack(codes), {
             "dtype": "e2m1", "encoding": "ocp-code", "packing": "unpacked", "role": "expected",
-            "logical_shape": [4, 16]}),
-        plain_column("exp_tensor_scale", np.array(ts, np.uint32), {
-            "dtype": "float32", "encoding": "ieee754-bits", "role": "expected"}),
+            "logical_shape": list(shape)}),
+        ts_col,
         tensor_column("exp_dequant", np.stack(deq), {
             "dtype": "float32", "encoding": "ieee754-bits", "role": "expected",
-            "logical_shape": [4, 16]}),
+            "logical_shape": list(shape)}),
     ]
     return cols, classes, {"cross_checks": []}
 

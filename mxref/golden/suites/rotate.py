@@ -79,9 +79,11 @@ def specs_quantize_rotated(level):
     out = []
     for fmt in FORMATS:
         for pname in PROFILES:
-            if applies(fmt, pname):
-                out += [FileSpec("quantize_rotated", fmt, pname, s, level)
-                        for s in ("float32", "bfloat16")]
+            p = PROFILES[pname]
+            if p.nvfp4_amax_scope != "tensor" or p.nvfp4_tile_2d:
+                continue    # rows are one-row tensors: the files would repeat te_nvfp4's
+            out += [FileSpec("quantize_rotated", fmt, pname, s, level)
+                    for s in ("float32", "bfloat16") if applies(fmt, pname, s)]
     return out
 
 

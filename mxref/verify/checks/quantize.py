@@ -246,12 +246,15 @@ def run_quantize_nvfp4(backend, t, res, rows, profile):
     ec = column_numpy(t, "exp_codes")[rows].reshape(src.shape)
     ets = column_numpy(t, "exp_tensor_scale")[rows]
     T, M, C = src.shape
+    # nvfp4_amax_scope='row' files hold one tensor scale per tensor row ([T, R]); the backend
+    # then returns tensor_scale [T, R] (a backend without the knob raises Unsupported)
+    ts_shape = (T, M) if ets.ndim == 2 else (T,)
 
     def go():
         s, c, ts = backend.quantize_nvfp4(src, src_dtype=gf.src_dtype, profile=profile)
         return (as_array(s, "quantize_nvfp4 scales", (T, M, C // 16), np.uint8),
                 as_array(c, "quantize_nvfp4 codes", (T, M, C), np.uint8),
-                as_array(ts, "quantize_nvfp4 tensor_scale", (T,), np.uint32))
+                as_array(ts, "quantize_nvfp4 tensor_scale", ts_shape, np.uint32))
     out = call_backend(res, rows, go)
     if out is None:
         return
@@ -282,9 +285,11 @@ def run_quantize_nvfp4(backend, t, res, rows, profile):
                             block=[r, col // 16], elem=col % 16, index=[r, col])
 
     def ts_detail(i, j):
-        return {"block": None, "elem": None, "index": [], "input": None, "block_amax": None,
-                "expected": R.f32_record(ets[i]), "actual": R.f32_record(ts[i]),
-                "xor": f"0x{int(ets[i]) ^ int(ts[i]):08x}", "code_distance": None}
+        e_, a_ = (ets[i], ts[i]) if ets.ndim == 1 else (ets[i, j], ts[i, j])
+        return {"block": None, "elem": None, "index": [] if ets.ndim == 1 else [j],
+                "input": None, "block_amax": None,
+                "expected": R.f32_record(e_), "actual": R.f32_record(a_),
+                "xor": f"0x{int(e_) ^ int(a_):08x}", "code_distance": None}
     cmp = Compare(res, rows)
     cmp.field("scale", es, s, detail=scale_detail)
     cmp.field("elems", ec, c, detail=elem_detail)
