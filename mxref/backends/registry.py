@@ -24,10 +24,15 @@ BUILTIN = {
     "torchao-ceil": "mxref.backends.peers:TorchaoCeil",
     "torchao-even": "mxref.backends.peers:TorchaoEven",
     "transformer_engine": "mxref.backends.peers:TransformerEngineBackend",
+    "torchao-compiled": "mxref.backends.peers_torchao_compiled:TorchaoCompiledFloor",
+    "torchao-compiled-rceil": "mxref.backends.peers_torchao_compiled:TorchaoCompiledRceil",
+    "torchao-compiled-ceil": "mxref.backends.peers_torchao_compiled:TorchaoCompiledCeil",
+    "torchao-compiled-even": "mxref.backends.peers_torchao_compiled:TorchaoCompiledEven",
     "gfloat": "mxref.backends.peers_gfloat:GfloatBackend",
     "fouroversix": "mxref.backends.peers_fouroversix:FouroversixBackend",
     "nv-host": "mxref.backends.nv_host:NvHostBackend",
     "nv-host-rceil": "mxref.backends.nv_host:NvHostRceilBackend",
+    "amd-host": "mxref.backends.amd_host:AmdHostBackend",
 }
 ENTRY_POINT_GROUP = "mxref.backends"
 

@@ -32,8 +32,8 @@ def _verify_exit(code: int, msg: str, as_json: bool, status: str):
 @click.command("verify")
 @click.option("-b", "--backend", "backend_spec", metavar="B",
               help="numba, torch, triton, rocm, ml_dtypes, torchao[-rceil|-ceil|-even], "
-                   "transformer_engine, gfloat, fouroversix, nv-host[-rceil], an entry point "
-                   "of group mxref.backends, or package.module:object.")
+                   "transformer_engine, gfloat, fouroversix, nv-host[-rceil], amd-host, an "
+                   "entry point of group mxref.backends, or package.module:object.")
 @click.option("--device", default=None, help="Device for backends that take one (torch: cuda, cuda:1, ...).")
 @click.option("--golden", "root", type=click.Path(file_okay=False), default=None,
               help="Golden corpus directory (default: $MXREF_GOLDEN, else the corpus installed "
