@@ -30,7 +30,12 @@ def test_committed_corpus_passes_check():
 def test_corpus_size_budget():
     doc = M.load_manifest(ROOT)
     total = sum(e["bytes"] for e in doc["files"].values())
-    assert total <= 64 * 1024 * 1024       # the committed corpus stays small (L0 + L1)
+    # The committed corpus (L0 + L1) stays small. 96 MiB: the wheel deflates it (58 MiB of Arrow
+    # -> a 26 MB wheel, bench/results/packaging.md), the installed core is dominated by llvmlite
+    # and pyarrow (340 MiB), and a GPU machine gets it as a ~5 MiB tar.xz
+    # (scripts/device_golden.sh). Raised from 64 MiB for the issue-28 profiles (dsv4, amd_gfx950,
+    # microxcaling_torch, NVFP4 variants), each a few MiB of L1 files.
+    assert total <= 96 * 1024 * 1024
     assert {e["level"] for e in doc["files"].values()} == {0, 1}
 
 
