@@ -27,7 +27,11 @@ have different shapes):
     ``src`` is ``[T, R, C]``: T independent tensors, each with its own global amax, blocks
     of 16 along the last axis. ``scales`` uint8 ``[T, R, C/16]`` (E4M3 codes), ``codes``
     uint8 ``[T, R, C]``, ``tensor_scale`` uint32 ``[T]`` (fp32 bits of the decode-side tensor
-    scale: value = e2m1 * e4m3 * tensor_scale).
+    scale: value = e2m1 * e4m3 * tensor_scale). Under a profile with
+    ``nvfp4_amax_scope='row'`` each row of each tensor has its own scale: ``tensor_scale``
+    is uint32 ``[T, R]``. Under ``nvfp4_tile_2d`` the block scale covers a 16x16 tile of
+    ``[R, C]`` (zero-padded when ragged) and ``scales`` repeats it for each of the tile's rows.
+    A backend that does not implement such a knob raises Unsupported.
 ``convert(src, *, src_dtype, fmt, profile) -> codes``
     element conversion alone at scale 2^0; ``codes`` has ``src.shape``.
 ``dequantize(scales, codes, *, fmt, profile) -> bits``
@@ -91,6 +95,28 @@ none): typed classes of difference it accepts for itself, each reported apart fr
     bits). Fused kernels that derive the scale from an amax computed another way (TE vs ROCm
     TE) differ like this. Two steps, or one step with one inconsistent code, is a mismatch.
 
+The timing entry (optional; ``mxref leaderboard run gpu --backend X`` times only backends that
+have it, and lists the others as "not timed", never with a number):
+
+``timed_quantize_mx(x, *, fmt, profile, axis) -> run``
+    ``x`` is a **device tensor** (torch, on the backend's device, of the source dtype, e.g.
+    ``torch.bfloat16`` ``[R, C]``), never a numpy array. The method does everything that must
+    not be timed (compilation, allocation, layout choice) and returns a zero-argument callable
+    ``run``; ``run()`` quantizes ``x`` on the device and returns ``(scales, codes)`` as **device
+    tensors**, with no host copy, no host synchronisation and no numpy inside. The leaderboard
+    times ``run()`` alone (the same timer and median rule as our kernels: ``do_bench`` medians
+    with the L2 flushed on a GPU) and, before timing, checks its output bit for bit against
+    mxref for ``profile`` on the same input: ``scales`` one E8M0 byte per block (any shape with
+    the reference's element count), ``codes`` either unpacked (one per byte, ``x``'s shape) or
+    packed like the ``pack`` op (FP4: two per byte along the block axis, element 2i in the low
+    nibble). A backend claims only what its numpy ``quantize_mx`` is verified for: that method
+    must run the same device code as ``run`` (the leaderboard verifies the backend in the same
+    job and refuses a number without a passing verify of that backend, op, format and profile).
+    It may raise :class:`Unsupported` for a workload it cannot take (e.g. an axis): that
+    workload is listed "not timed" with the reason.
+
+:func:`timing_entry` finds the entry of an op (None where the backend has none).
+
 A method may raise :class:`Unsupported` for a call it cannot make (a dtype its stack lacks);
 those cases are counted as skipped, never as passed. Any other exception is recorded per case
 as an error. The errors a backend raises (:class:`Unsupported`, :class:`BackendUnavailable`)
@@ -128,3 +154,15 @@ class Backend:
     def native_profile(self) -> str:
         """The profile a fixed-behaviour backend is run as under --detect-profile."""
         return "ocp" if "*" in self.profiles or not self.profiles else self.profiles[0]
+
+
+# op -> the name of its timing entry (module docstring, "The timing entry")
+TIMING_ENTRIES = {"quantize_mx": "timed_quantize_mx"}
+
+
+def timing_entry(backend, op: str = "quantize_mx"):
+    """The backend's timing entry for `op` (a bound method), or None where it has none: such a
+    backend is verified but never timed."""
+    name = TIMING_ENTRIES.get(op)
+    fn = getattr(backend, name, None) if name else None
+    return fn if callable(fn) else None

@@ -109,16 +109,41 @@ def run_cpu_cmd(out, size, rounds, processes, blocks, as_json):
                    "process-to-process variation.")
 @click.option("--jobs", "-j", type=click.IntRange(1), default=None,
               help="Verify worker processes (default: half the cores, at most 8).")
+@click.option("--backend", "backends", multiple=True, metavar="B",
+              help="Also verify and time this stack (any `mxref verify -b` spec, e.g. triton, "
+                   "torchao-compiled-rceil; repeatable) on the same workloads as our fast "
+                   "kernels: verified in this job, then timed through its timing entry "
+                   "(timed_quantize_mx); a stack without one is listed 'not timed'.")
+@click.option("--stack-profile", "stack_profiles", multiple=True, metavar="P",
+              help="Time the --backend stacks only at these profiles (default: ocp and rceil "
+                   "for a stack that claims them, else every profile it claims).")
+@click.option("--device", default=None,
+              help="Device of the --backend stacks (default cuda). 'cpu' times them on the "
+                   "CPU (CPU wall clock; the records say so) and skips the Triton bench, which "
+                   "needs a GPU.")
+@click.option("--stacks-only", is_flag=True,
+              help="Skip the Triton kernel bench; run only the --backend stacks.")
 @click.option("--json", "as_json", is_flag=True)
-def run_gpu_cmd(out, size, repeats, levels, kernels, processes, jobs, as_json):
+def run_gpu_cmd(out, size, repeats, levels, kernels, processes, jobs, backends, stack_profiles,
+                device, stacks_only, as_json):
     """Every Triton kernel (or those given by --kernel): verify (triton backend) +
-    bench/gpu_kernels.py, one job."""
-    from .runners import run_gpu
+    bench/gpu_kernels.py, one job; then each --backend stack: verify + timing entry."""
+    from .runners import default_jobs, run_gpu
+    device = device or "cuda"           # None: not spelt out in the recorded command
+    stacks_only = stacks_only or not device.startswith("cuda")
+    if stacks_only and not backends:
+        _fail("--stacks-only (or --device cpu) needs at least one --backend")
+    paths = []
     try:
-        from .runners import default_jobs
-        paths = run_gpu(Path(out), size=size, repeats=repeats, levels=levels,
-                        command=command_line(), kernels=kernels, processes=processes,
-                        jobs=jobs or default_jobs())
+        if not stacks_only:
+            paths += run_gpu(Path(out), size=size, repeats=repeats, levels=levels,
+                             command=command_line(), kernels=kernels, processes=processes,
+                             jobs=jobs or default_jobs())
+        if backends:
+            from .stacks import run_stacks
+            paths += run_stacks(Path(out), list(backends), size=size, repeats=repeats,
+                                levels=levels, command=command_line(), device=device,
+                                profiles=stack_profiles, jobs=jobs or default_jobs())
     except MXRefError as e:
         _fail(str(e), 4)
     _ran(paths, as_json, out)
@@ -188,10 +213,32 @@ def submit_cmd(paths, store, allow_dirty, dry_run, as_json):
                      "".join(f"\n    - {x}" for x in v.problems) +
                      "".join(f"\n    ~ {x}" for x in v.warnings))
     n_bad = sum(not r["accepted"] for r in rows)
-    _emit({"accepted": len(rows) - n_bad, "rejected": n_bad, "records": rows}, as_json,
+    rosters = _submit_rosters(paths, store, dry_run, lines)
+    _emit({"accepted": len(rows) - n_bad, "rejected": n_bad, "records": rows,
+           "rosters": rosters}, as_json,
           "\n".join(lines) + f"\n{len(rows) - n_bad} accepted, {n_bad} rejected"
           + (" (dry run)" if dry_run else ""))
     sys.exit(1 if n_bad else 0)
+
+
+def _submit_rosters(paths, store, dry_run, lines) -> list[dict]:
+    """The stack rosters of the run directories in `paths` (mxref.leaderboard.stacks), checked
+    and copied into the store (stacks/<machine>.json) with their verify evidence."""
+    from .submit import StorePathError, accept_roster, check_roster, roster_files
+    out = []
+    for p in roster_files(paths):
+        doc, probs, ev = check_roster(p)
+        row = {"path": str(p), "accepted": not probs, "problems": probs}
+        if not probs and not dry_run:
+            try:
+                row["stored"] = str(accept_roster(doc, ev, Path(store)))
+            except StorePathError as e:
+                row["accepted"] = False
+                probs.append(str(e))
+        lines.append(("ROSTER " if row["accepted"] else "REJECT ROSTER ") + str(p) +
+                     "".join(f"\n    - {x}" for x in probs))
+        out.append(row)
+    return out
 
 
 @leaderboard_group.command("build")
@@ -204,15 +251,18 @@ def build_cmd(store, out, as_json):
     Every record is re-checked; records that fail are listed as rejected, not shown."""
     from .build import build_site
     from .submit import check_record, record_files, store_repo
-    good, rejected = [], []
+    good, rejected, evidence = [], [], {}
     repo = store_repo(store)
     for p in record_files([store]):
         v = check_record(p, current_golden=False, allow_dirty=True, repo=repo)
         if v.ok:
             good.append(v.record)
+            evidence[v.record["record_sha256"]] = v.evidence
         else:
             rejected.append((str(p), "; ".join(v.problems)))
-    res = build_site(good, Path(out), rejected=rejected)
+    from .build import load_history, load_rosters
+    res = build_site(good, Path(out), rejected=rejected, rosters=load_rosters(store),
+                     history=load_history(store, repo), evidence=evidence)
     _emit({k: (str(v) if isinstance(v, Path) else [str(x) for x in v]
                if isinstance(v, list) else v) for k, v in res.items()}, as_json,
           f"{len(good)} records ({len(rejected)} rejected) -> {out}/")

@@ -13,7 +13,9 @@ The JSON Schema below is the contract; docs/leaderboard.md explains every field.
 from __future__ import annotations
 
 SCHEMA = "mxref-leaderboard/1"
-SUITES = ("cpu-emulator", "gpu-kernels", "training")
+SUITES = ("cpu-emulator", "gpu-kernels", "training", "stacks")
+# the roster a `run gpu --backend` job writes beside its records (mxref.leaderboard.stacks)
+STACKS_SCHEMA = "mxref-leaderboard-stacks/1"
 VERIFY_KINDS = ("mxref-verify", "in-run-validation")
 
 _num = {"type": "number"}

@@ -394,3 +394,69 @@ def record_files(paths) -> list[Path]:
         else:
             out.append(p)
     return out
+
+
+# ---- stack rosters (mxref.leaderboard.stacks) ----------------------------------------------------
+def roster_files(paths) -> list[Path]:
+    """The stack rosters (``stacks/<machine>.json``) of the run directories or stores in
+    `paths`."""
+    out = []
+    for p in map(Path, paths):
+        if p.is_dir() and (p / "stacks").is_dir():
+            out += sorted(q for q in (p / "stacks").glob("*.json") if q.is_file())
+    return out
+
+
+def check_roster(path, roots=()) -> tuple[dict | None, list[str], list[Path]]:
+    """(roster, problems, evidence files): a roster is kept only if it is one, its machine is a
+    plain slug, and every verify report it names lies beside it and hashes as it says. It adds
+    no number to the page (its timed rows are shown from their records, which pass
+    check_record on their own); it says which stacks were asked for and why the others were not
+    timed."""
+    from .schema import STACKS_SCHEMA
+    path = Path(path)
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        return None, [f"cannot read a JSON roster: {e}"], []
+    if not isinstance(doc, dict) or doc.get("schema") != STACKS_SCHEMA:
+        return None, [f"not a {STACKS_SCHEMA} roster"], []
+    probs, ev = [], []
+    m = doc.get("machine")
+    if not isinstance(m, str) or slug(m) != m or unsafe_rel(f"stacks/{m}.json"):
+        probs.append(f"machine {m!r} is not a plain slug")
+    for st in doc.get("stacks") or []:
+        for prof, v in (st.get("verify") or {}).items():
+            rel = (v or {}).get("report")
+            if rel is None:
+                continue
+            try:
+                p = _find_evidence(path, rel, roots)
+            except StorePathError as e:
+                probs.append(f"{st.get('name')} {prof}: {e}")
+                continue
+            if p is None:
+                probs.append(f"{st.get('name')} {prof}: verify evidence {rel} not found")
+            elif file_sha256(p) != v.get("sha256"):
+                probs.append(f"{st.get('name')} {prof}: verify evidence {rel} does not hash to "
+                             "the roster's sha256")
+            else:
+                ev.append((rel, p))
+    return doc, probs, ev
+
+
+def accept_roster(doc: dict, evidence, store: Path) -> Path:
+    """Copy a checked roster and its verify evidence into `store` (stacks/<machine>.json)."""
+    store = Path(store)
+    for rel, src in evidence:
+        dest = inside(store, rel)
+        if not dest.exists():
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(src, dest)
+    dest = inside(store, f"stacks/{doc['machine']}.json")
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = dest.with_suffix(".json.tmp")
+    tmp.unlink(missing_ok=True)
+    tmp.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    tmp.replace(dest)
+    return dest
