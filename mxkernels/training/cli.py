@@ -92,6 +92,15 @@ def _train_options(f):
         click.option("--no-progress", is_flag=True, help="No progress bar on stderr."),
         click.option("--stop-after", type=click.IntRange(1), default=None,
                      help="Leave cleanly after this step with a checkpoint (resume later)."),
+        click.option("--fsdp", is_flag=True,
+                     help="Under torchrun: shard with FSDP2 (fully_shard per decoder layer) "
+                          "instead of DDP."),
+        click.option("--tokenizer", type=click.Choice(["bytes", "bpe"]), default="bytes",
+                     show_default=True,
+                     help="bytes (vocabulary 256) or a BPE trained on the corpus's training "
+                          "documents (cached next to the run; needs --vocab-size)."),
+        click.option("--vocab-size", type=int, default=0,
+                     help="BPE vocabulary size (with --tokenizer bpe)."),
         click.option("--debug-nan-at-step", type=int, default=None, hidden=True),
         click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON."),
     ]
@@ -108,7 +117,7 @@ def train_group(ctx, model, recipe, tokens, seed, out, seq_len, batch_size, grad
                 warmup_frac, min_lr_frac, weight_decay, grad_clip, precision, backend, device,
                 corpus, val_fraction, eval_every, eval_tokens, ckpt_every, keep_checkpoints,
                 validate_every, decompose, quant_time_every, threads, stop_after, no_progress,
-                debug_nan_at_step, as_json):
+                fsdp, tokenizer, vocab_size, debug_nan_at_step, as_json):
     """Train a Llama/Qwen model (random init) with an MX recipe.
 
     \b
@@ -134,7 +143,8 @@ def train_group(ctx, model, recipe, tokens, seed, out, seq_len, batch_size, grad
                       keep_checkpoints=keep_checkpoints, validate_every=validate_every,
                       decompose=decompose,
                       quant_time_every=quant_time_every, out=out, progress=not no_progress, threads=threads,
-                      stop_after=stop_after, debug_nan_at_step=debug_nan_at_step)
+                      stop_after=stop_after, debug_nan_at_step=debug_nan_at_step,
+                      fsdp=fsdp, tokenizer=tokenizer, vocab_size=vocab_size)
     try:
         summary = train(cfg)
     except MXRefError as e:
@@ -220,6 +230,39 @@ def experiment_cmd(name, scale, seeds, out, tokens, precision, device, validate_
         click.echo(json.dumps(public(report), indent=2))
     else:
         click.echo(markdown_table(report), nl=False)
+
+
+@train_group.command("rl")
+@click.option("--scale", default="tiny", show_default=True,
+              help="tiny (CPU smoke) or small (one GPU, ~1-2 min per arm).")
+@click.option("--seeds", default="0", show_default=True, help="Comma-separated seeds.")
+@click.option("--arms", default=None,
+              help="Comma-separated arms (default: all; ARM@rollout / ARM@train quantizes "
+                   "one phase only).")
+@click.option("--out", "-o", type=click.Path(file_okay=False), required=True)
+@click.option("--jobs", type=click.IntRange(1), default=1, show_default=True,
+              help="Parallel run processes (spread over the visible GPUs).")
+@click.option("--steps", type=click.IntRange(1), default=None, help="Override the RL steps.")
+@click.option("--device", default="auto", show_default=True)
+@click.option("--compare-only", is_flag=True, help="Only rebuild the compare tables / plots.")
+def rl_cmd(scale, seeds, arms, out, jobs, steps, device, compare_only):
+    """GRPO RL grid with MXFP4 error arms (issue 32; mxkernels.rl), then a paired compare."""
+    from mxkernels.rl.experiment import DEFAULT_ARMS, compare, markdown, run_grid
+
+    if compare_only:
+        click.echo(markdown(compare(Path(out))), nl=False)
+        return
+    try:
+        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{seeds!r} is not a comma-separated list of integers",
+                                 param_hint="--seeds") from None
+    try:
+        rep = run_grid(arms.split(",") if arms else DEFAULT_ARMS, seed_list, Path(out), scale,
+                       jobs, steps=steps, device=device)
+    except ValueError as e:
+        _fail(str(e), EXIT_USAGE)
+    click.echo(markdown(rep), nl=False)
 
 
 @train_group.command("models")

@@ -10,8 +10,9 @@ Corpus sources (``corpus=`` of :func:`load_corpus`):
 * a ``.txt`` (or any other text) file, or a directory of ``.txt``/``.py``/``.md`` files: bytes.
 * a ``.npy`` file of non-negative integer token ids, one-dimensional (already tokenized).
 
-Tokenizer: byte-level (vocabulary 256, token = byte value; byte 0 separates documents, it never
-occurs in source text). A BPE tokenizer is not built in (see docs/training.md).
+Tokenizer: byte-level by default (vocabulary 256, token = byte value; byte 0 separates
+documents, it never occurs in source text). ``tokenizer="bpe"``: a byte-level BPE trained on the
+training documents (``tokenizer.py``; id 0 is the separator), cached next to the run.
 
 Validation split: for a directory corpus (stdlib included) a file goes to validation when the
 SHA-256 of its relative path, read as an integer, is below ``val_fraction`` of the range: a
@@ -56,6 +57,9 @@ class Corpus:
     n_documents: int = 1
     tokenizer: str = "bytes"
     info: dict = field(default_factory=dict)
+    # byte length of each token id (None: every token is one byte); nats/byte = nats/token x
+    # tokens/byte
+    token_bytes: np.ndarray | None = field(default=None, repr=False)
 
     def describe(self) -> dict:
         """JSON-able facts recorded in config.json."""
@@ -112,8 +116,19 @@ def _tail_split(tokens: np.ndarray, val_fraction: float, what: str):
 
 
 def load_corpus(corpus: str = "stdlib", val_fraction: float = 0.02,
-                vocab_size: int | None = None) -> Corpus:
-    """Load and tokenize a corpus (see the module docstring for the sources)."""
+                vocab_size: int | None = None, *, tokenizer: str = "bytes",
+                bpe_vocab_size: int = 0, cache_dir: Path | None = None) -> Corpus:
+    """Load and tokenize a corpus (see the module docstring for the sources).
+
+    ``tokenizer="bpe"``: re-tokenize the byte corpus with a BPE of ``bpe_vocab_size`` trained
+    on its training documents, cached under ``cache_dir`` (``tokenizer.bpe_corpus``)."""
+    if tokenizer == "bpe":
+        from .tokenizer import bpe_corpus
+
+        return bpe_corpus(load_corpus(corpus, val_fraction), bpe_vocab_size, val_fraction,
+                          cache_dir)
+    if tokenizer != "bytes":
+        raise DataError(f"tokenizer={tokenizer!r}; use bytes or bpe")
     if not 0.0 < val_fraction < 0.5:
         raise DataError(f"val_fraction must lie in (0, 0.5), got {val_fraction}")
     if corpus == "stdlib":

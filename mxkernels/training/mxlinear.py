@@ -160,11 +160,13 @@ def _np(t):
     """A captured tensor as numpy, bits unchanged (bf16 as ml_dtypes.bfloat16: numpy has none)."""
     if t is None:
         return None
-    t = t.detach().cpu()
+    # copy before .numpy(): numpy over a CPU tensor's own storage marks that storage
+    # non-resizable for good, and FSDP2 frees a layer's unsharded parameters by resizing theirs
+    t = t.detach().to("cpu", copy=True)
     if t.dtype == torch.bfloat16:
         import ml_dtypes
-        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16).copy()
-    return t.numpy().copy()
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
 
 
 def _operand(ctx: _Ctx, gemm: str, side: str, t: torch.Tensor, spec: OperandSpec,

@@ -36,6 +36,7 @@ import torch
 
 from . import checkpoint as ckpt
 from . import ddp
+from . import fsdp as fsdp_mod
 from .data import BatchSampler, load_corpus, val_batches
 from .errors import (NonFiniteLossError, RunDirError, TrainingCheckError,
                      TrainingConfigError)
@@ -84,6 +85,9 @@ class TrainConfig:
     stop_after: int | None = None  # leave cleanly after this step (checkpoint, status "stopped")
     threads: int = 0  # CPU intra-op threads (0: torch's default); part of the bit-exactness setup
     debug_nan_at_step: int | None = None  # test hook: the loss of this step is replaced by NaN
+    fsdp: bool = False  # under torchrun: FSDP2 fully_shard instead of DDP (fsdp.py)
+    tokenizer: str = "bytes"  # bytes (vocabulary 256) or bpe (tokenizer.py, trained on the corpus)
+    vocab_size: int = 0  # BPE vocabulary size (0: bytes); the model's vocabulary is this
 
     # validate_every: the in-run check reads captured operands on the host and changes no bit
     # of the step (tests/test_training_trainer.py runs a recipe with and without checks), so a
@@ -91,10 +95,17 @@ class TrainConfig:
     NON_IDENTITY = ("out", "progress", "keep_checkpoints", "device", "backend", "threads",
                     "stop_after", "quant_time_every", "validate_every", "decompose")
 
+    # fields added after runs were made: left out of the identity at their default, so the
+    # fingerprints of earlier runs (and their resumes) stay what they were
+    NEW_DEFAULTS = {"fsdp": False, "tokenizer": "bytes", "vocab_size": 0}
+
     def identity(self) -> dict:
         d = dataclasses.asdict(self)
         for k in self.NON_IDENTITY:
             d.pop(k, None)
+        for k, v in self.NEW_DEFAULTS.items():
+            if d.get(k) == v:
+                d.pop(k, None)
         return d
 
     @property
@@ -134,6 +145,18 @@ class TrainConfig:
         if self.decompose and not self.validate_every:
             raise TrainingConfigError("--decompose decomposes the operands of the in-run checks; "
                                       "it needs --validate-every N")
+        if self.fsdp and world_size < 2:
+            raise TrainingConfigError("--fsdp shards over the ranks of torchrun: it needs "
+                                      "WORLD_SIZE > 1 (one process trains unsharded)")
+        if self.tokenizer not in ("bytes", "bpe"):
+            raise TrainingConfigError(f"tokenizer={self.tokenizer!r}; use bytes or bpe")
+        if self.tokenizer == "bytes" and self.vocab_size:
+            raise TrainingConfigError("--vocab-size sets the BPE vocabulary; it needs "
+                                      "--tokenizer bpe (the byte tokenizer has 256)")
+        if self.tokenizer == "bpe":
+            from .tokenizer import check_vocab_size
+
+            check_vocab_size(self.vocab_size)
         if not 0 <= self.warmup_frac < 1 or not 0 <= self.min_lr_frac <= 1:
             raise TrainingConfigError("warmup_frac must be in [0, 1) and min_lr_frac in [0, 1]")
 
@@ -352,10 +375,24 @@ class Built:
     corpus: object
     recipe: object
     swapped: list = field(default_factory=list)
+    # tokens per byte of the validation targets: val_loss (nats/token) x this = nats/byte,
+    # comparable across tokenizers (1.0 for the byte tokenizer)
+    val_tokens_per_byte: float = 1.0
 
 
 def build(cfg: TrainConfig, device: torch.device, dist: ddp.DistInfo) -> Built:
-    corpus = load_corpus(cfg.corpus, cfg.val_fraction)
+    if cfg.tokenizer == "bpe":
+        from .tokenizer import bpe_cache_dir
+
+        cache = bpe_cache_dir(Path(cfg.out))
+        if dist.enabled and not dist.is_main:
+            ddp.barrier(dist)          # rank 0 trains (or finds) the cached tokenizer first
+        corpus = load_corpus(cfg.corpus, cfg.val_fraction, tokenizer="bpe",
+                             bpe_vocab_size=cfg.vocab_size, cache_dir=cache)
+        if dist.enabled and dist.is_main:
+            ddp.barrier(dist)
+    else:
+        corpus = load_corpus(cfg.corpus, cfg.val_fraction)
     sampler = BatchSampler(corpus.train, cfg.seq_len, cfg.batch_size, cfg.seed)
     val = val_batches(corpus.val, cfg.seq_len, max(1, cfg.batch_size // cfg.grad_accum),
                       cfg.eval_tokens)
@@ -367,8 +404,20 @@ def build(cfg: TrainConfig, device: torch.device, dist: ddp.DistInfo) -> Built:
         from .mxlinear import swap_linears
 
         swapped = list(swap_linears(raw, recipe, backend=cfg.backend))
-    model = ddp.wrap(raw, dist, device)
-    return Built(model, raw, make_optimizer(raw, cfg), sampler, val, corpus, recipe, swapped)
+    model = fsdp_mod.wrap(raw, dist, device) if cfg.fsdp else ddp.wrap(raw, dist, device)
+    return Built(model, raw, make_optimizer(raw, cfg), sampler, val, corpus, recipe, swapped,
+                 val_tokens_per_byte=tokens_per_byte(val, corpus))
+
+
+def tokens_per_byte(batches, corpus) -> float:
+    """Target tokens per byte of text over ``batches`` (windows of seq_len + 1 ids): exact, from
+    each token's byte length (``corpus.token_bytes``; every token is one byte without it)."""
+    lengths = getattr(corpus, "token_bytes", None)
+    n_tok = sum(int(w[:, 1:].size) for w in batches)
+    if lengths is None:
+        return 1.0
+    n_bytes = sum(int(lengths[w[:, 1:]].sum()) for w in batches)
+    return n_tok / n_bytes
 
 
 def _set_step(model, step: int) -> None:
@@ -407,6 +456,8 @@ def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo
     b = build(cfg, device, dist)
     identity = {"train": cfg.identity(), "recipe": b.recipe.to_dict(),
                 "corpus_sha256": b.corpus.sha256, "world_size": dist.world_size}
+    if b.corpus.tokenizer == "bpe":      # the vocabulary file itself, not only its settings
+        identity["tokenizer_sha256"] = b.corpus.info["tokenizer_sha256"]
     fp = fingerprint(identity)
     mode = prepare_run_dir(out, identity)
     if mode == "complete":
@@ -420,7 +471,11 @@ def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo
             for note in notes:
                 print(f"mxref train: {note}", file=sys.stderr, flush=True)
         if last is not None:
-            meta = ckpt.load_checkpoint(last, b.raw_model, b.optimizer, fp, device)
+            if cfg.fsdp:   # full tensors in the file; each rank keeps its shards
+                meta = ckpt.load_checkpoint(last, fsdp_mod.FullStateModel(b.raw_model),
+                                            fsdp_mod.FullStateOptimizer(b.optimizer), fp, device)
+            else:
+                meta = ckpt.load_checkpoint(last, b.raw_model, b.optimizer, fp, device)
             start = int(meta["step"])
     main = dist.is_main
     if main:
@@ -434,9 +489,12 @@ def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo
                                 "params": param_counts(b.raw_model),
                                 "hf_config": b.raw_model.config.to_dict()},
                       "swapped_linears": b.swapped, "world_size": dist.world_size,
+                      "parallel": _parallel(cfg, dist),
                       "env": environment(device),
                       "reproduce": "mxref train " + " ".join(_cli_args(cfg))}
             ckpt.write_json_atomic(out / "config.json", config)
+        if b.corpus.tokenizer == "bpe":   # the run directory's own copy of the vocabulary
+            (out / "tokenizer.json").write_bytes(b.corpus.bpe.json_bytes)
         _truncate_jsonl(out / "log.jsonl", start)
         _truncate_jsonl(out / "checks.jsonl", start)
         _truncate_jsonl(out / "decomp.jsonl", start)
@@ -479,7 +537,7 @@ def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo
             for k in range(cfg.grad_accum):
                 tokens = torch.from_numpy(rows[k * micro:(k + 1) * micro]).to(device)
                 sync = k == cfg.grad_accum - 1 or not dist.enabled
-                with (nullcontext() if sync else b.model.no_sync()), qt:
+                with _sync_context(b.model, sync, cfg), qt:
                     with autocast():
                         ce, total_loss, aux = lm_loss(b.model, tokens)
                     (total_loss / cfg.grad_accum).backward()
@@ -487,12 +545,14 @@ def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo
                 if aux is not None:
                     aux_sum = (aux_sum or 0) + aux / cfg.grad_accum
                 if armed is not None and k == 0:
-                    _check_validation(armed, step, checks, log, dist, device, decomp)
+                    _check_validation(armed, step, checks, log, dist, device, decomp,
+                                      sharded=cfg.fsdp)
                     armed = None
             loss_t = ddp.all_reduce_mean(loss_sum, dist)
             if cfg.debug_nan_at_step is not None and step == cfg.debug_nan_at_step:
                 loss_t = loss_t * float("nan")
-            grad_norm = torch.nn.utils.clip_grad_norm_(b.raw_model.parameters(), cfg.grad_clip)
+            grad_norm = fsdp_mod.to_full(   # a replicated DTensor under FSDP
+                torch.nn.utils.clip_grad_norm_(b.raw_model.parameters(), cfg.grad_clip))
             loss = float(loss_t)
             if not math.isfinite(loss) or not math.isfinite(float(grad_norm)):
                 log.write({"step": step, "tokens": (step + 1) * cfg.tokens_per_step,
@@ -521,15 +581,16 @@ def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo
                 rec["quant_share"] = round(q_s / dt, 4)
             last_step = step == total - 1
             if (cfg.eval_every and (step + 1) % cfg.eval_every == 0) or last_step:
-                if main:
-                    last_val = evaluate(b.raw_model, b.val, device, autocast)
-                    rec["val_loss"] = last_val
+                if main or cfg.fsdp:   # a sharded forward needs every rank
+                    v = evaluate(b.raw_model, b.val, device, autocast)
+                    if main:
+                        last_val = v
+                        rec["val_loss"] = last_val
+                        rec["val_loss_per_byte"] = last_val * b.val_tokens_per_byte
                 ddp.barrier(dist)
             log.write(rec)
             if (cfg.ckpt_every and (step + 1) % cfg.ckpt_every == 0) or last_step:
-                if main:
-                    ckpt.save_checkpoint(ck_root, step + 1, (step + 1) * cfg.tokens_per_step,
-                                         b.raw_model, b.optimizer, fp, cfg.keep_checkpoints)
+                _save(cfg, b, dist, ck_root, step + 1, fp)
                 last_ckpt = step + 1
                 ddp.barrier(dist)
             if bar:
@@ -537,9 +598,7 @@ def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo
                 bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{cfg.tokens_per_step / dt:.3g}")
             if cfg.stop_after is not None and step + 1 >= cfg.stop_after and not last_step:
                 if last_ckpt != step + 1:
-                    if main:
-                        ckpt.save_checkpoint(ck_root, step + 1, (step + 1) * cfg.tokens_per_step,
-                                             b.raw_model, b.optimizer, fp, cfg.keep_checkpoints)
+                    _save(cfg, b, dist, ck_root, step + 1, fp)
                     last_ckpt = step + 1
                     ddp.barrier(dist)
                 status = "stopped"
@@ -560,6 +619,31 @@ def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo
     if error is not None:
         raise error
     return summary
+
+
+def _parallel(cfg: TrainConfig, dist: ddp.DistInfo) -> str:
+    return "none" if not dist.enabled else ("fsdp" if cfg.fsdp else "ddp")
+
+
+def _sync_context(model, sync: bool, cfg: TrainConfig):
+    """No gradient communication on the non-final micro-batches (DDP no_sync / FSDP2
+    set_requires_gradient_sync(False))."""
+    if sync:
+        return nullcontext()
+    return fsdp_mod.gradient_sync(model, False) if cfg.fsdp else model.no_sync()
+
+
+def _save(cfg: TrainConfig, b: Built, dist: ddp.DistInfo, ck_root: Path, step: int,
+          fp: str) -> None:
+    """Checkpoint ``step``: rank 0 writes; under FSDP every rank first gathers the full state
+    (the file is the single-process format either way)."""
+    model, opt = b.raw_model, b.optimizer
+    if cfg.fsdp:
+        model = fsdp_mod.static(fsdp_mod.full_model_state(b.raw_model))
+        opt = fsdp_mod.static(fsdp_mod.full_optimizer_state(b.optimizer))
+    if dist.is_main:
+        ckpt.save_checkpoint(ck_root, step, step * cfg.tokens_per_step, model, opt, fp,
+                             cfg.keep_checkpoints)
 
 
 class _QuantTiming:
@@ -602,13 +686,16 @@ def _arm_validation(cfg: TrainConfig, b: Built, step: int):
     return name, layer
 
 
-def _check_validation(armed, step, checks, log, dist, device, decomp=None):
+def _check_validation(armed, step, checks, log, dist, device, decomp=None, sharded=False):
     from .validate import check_capture
 
     name, layer = armed
     t0 = time.perf_counter()
     parts = [] if decomp is not None else None
+    cap = getattr(layer, "_capture_done", None) or {}
     records = check_capture(layer, decompose=parts)
+    if sharded:
+        records.append(_sharded_weight_record(layer, cap))
     dt = time.perf_counter() - t0
     for d in parts or ():
         decomp.write({"step": step, "layer": name, **d})
@@ -624,6 +711,20 @@ def _check_validation(armed, step, checks, log, dist, device, decomp=None):
                            for d in bad[:3]) or "a check failed on another rank"
         raise TrainingCheckError(f"in-run validation failed at step {step}, layer {name}: {detail}"
                                  " (records in checks.jsonl)")
+
+
+def _sharded_weight_record(layer, cap: dict) -> dict:
+    """Under FSDP: the checked layer's sharded weight, gathered, against the W operand its
+    forward quantized (captured): equal bytes prove the check saw the full parameter."""
+    w = fsdp_mod.gathered_weight(layer).to("cpu", torch.float32).numpy()
+    got = np.asarray(cap.get("fprop", {}).get("b", {}).get("input", np.zeros((0, 0))))
+    got = got[:w.shape[0], :w.shape[1]] if got.ndim == 2 else got
+    same = got.shape == w.shape and got.tobytes() == np.ascontiguousarray(w).tobytes()
+    mism = int((got != w).sum()) if got.shape == w.shape else int(w.size)
+    return {"gemm": "fprop", "operand": "W (FSDP shards gathered)", "ok": bool(same),
+            "mismatches": mism,
+            "detail": "captured W operand == all-gathered sharded weight" if same else
+            f"captured W operand {got.shape} differs from the gathered weight {w.shape}"}
 
 
 def _summary(cfg, out, b, device, dist, status, error, last_val, step_times, wall, last_ckpt,
@@ -652,6 +753,11 @@ def _summary(cfg, out, b, device, dist, status, error, last_val, step_times, wal
             "final_train_loss": losses[-1] if losses else None,
             "final_train_loss_tail_mean": float(np.mean(tail)) if tail else None,
             "final_val_loss": last_val, "last_checkpoint_step": last_ckpt,
+            "tokenizer": b.corpus.tokenizer, "vocab_size": b.corpus.vocab_size,
+            "val_tokens_per_byte": b.val_tokens_per_byte,
+            "final_val_loss_per_byte": None if last_val is None else
+            last_val * b.val_tokens_per_byte,
+            "parallel": _parallel(cfg, dist),
             "resumed_from_step": start or None,
             "median_step_time_s": med,
             "median_tokens_per_s": cfg.tokens_per_step / med if med else None,
