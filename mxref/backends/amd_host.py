@@ -45,12 +45,11 @@ import hashlib
 import importlib.util
 import os
 import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from ._shim import cached_library, compiler
 from .base import Backend, BackendUnavailable, Unsupported
 from .peers import _check_src, _fmt
 
@@ -112,41 +111,22 @@ def find_header() -> Path:
     return found
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "mxref"
-
-
 def load_shim():
     """The compiled shim (built at first use, then cached per source/header/compiler hash)."""
     global _LIB
     if _LIB is not None:
         return _LIB
-    cxx_name = os.environ.get("CXX", "g++")
-    cxx = shutil.which(cxx_name)
-    if cxx is None:
-        raise BackendUnavailable(f"amd-host needs a C++20 compiler: {cxx_name!r} is not on PATH "
-                                 "(install g++ or set CXX)")
+    cxx = compiler("amd-host", "C++20")
     hdr = find_header()
-    h = hashlib.sha256(SHIM.read_bytes())
-    h.update(hdr.read_bytes())
-    h.update(TYPES_STANDIN.encode())
-    h.update(cxx.encode())
-    so = _cache_dir() / f"amd_host-{h.hexdigest()[:16]}.so"
-    if not so.is_file():
-        so.parent.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryDirectory(dir=so.parent) as build:
-            shutil.copyfile(hdr, Path(build) / HEADER)
-            (Path(build) / "amd_hip_ocp_types.h").write_text(TYPES_STANDIN)
-            tmp = Path(build) / "shim.so"
-            cmd = [cxx, "-std=c++20", "-O1", "-shared", "-fPIC", f"-I{build}", str(SHIM),
-                   "-o", str(tmp)]
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
-            if r.returncode != 0:
-                raise BackendUnavailable(f"amd-host: compiling {SHIM.name} failed ({cxx}, "
-                                         f"header {hdr}): {r.stderr.strip()[-800:]}")
-            os.replace(tmp, so)
-    lib = ctypes.CDLL(str(so))
+
+    def command(build, out):
+        shutil.copyfile(hdr, build / HEADER)
+        (build / "amd_hip_ocp_types.h").write_text(TYPES_STANDIN)
+        return [cxx, "-std=c++20", "-O1", "-shared", "-fPIC", f"-I{build}", str(SHIM),
+                "-o", str(out)]
+    lib = cached_library("amd_host", cxx,
+                         [SHIM.read_bytes(), hdr.read_bytes(), TYPES_STANDIN.encode()],
+                         command, f"header {hdr}")
     i64, p = ctypes.c_int64, ctypes.c_void_p
     for fn in (lib.mxref_amd_from_float, lib.mxref_amd_to_float):
         fn.argtypes = [ctypes.c_int, p, p, p, i64]

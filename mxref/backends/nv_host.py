@@ -35,16 +35,13 @@ The block ``amax`` is the adapter's: the largest ``|x|`` of the block, NaN if an
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import importlib.util
 import os
-import shutil
-import subprocess
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from ._shim import cached_library, compiler
 from .base import Backend, BackendUnavailable, Unsupported
 from .peers import _check_src, _fmt
 
@@ -90,44 +87,20 @@ def _cuda_include_dirs() -> tuple[Path, Path]:
     return fp, nv
 
 
-def _cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "mxref"
-
-
 def load_shim():
     """The compiled shim (built at first use, then cached per source/header/compiler hash)."""
     global _LIB
     if _LIB is not None:
         return _LIB
-    cxx_name = os.environ.get("CXX", "g++")
-    cxx = shutil.which(cxx_name)
-    if cxx is None:
-        raise BackendUnavailable(f"nv-host needs a C++17 compiler: {cxx_name!r} is not on PATH "
-                                 "(install g++ or set CXX)")
+    cxx = compiler("nv-host", "C++17")
     fp, nv = _cuda_include_dirs()
-    h = hashlib.sha256(SHIM.read_bytes())
-    for name in HEADERS:
-        h.update((fp / name).read_bytes())
-    h.update((nv / "nv" / "target").read_bytes())
-    h.update(cxx.encode())
-    so = _cache_dir() / f"nv_host-{h.hexdigest()[:16]}.so"
-    if not so.is_file():
-        so.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(suffix=".so", dir=so.parent)
-        os.close(fd)
-        cmd = [cxx, "-std=c++17", "-O1", "-shared", "-fPIC", f"-I{fp}", f"-I{nv}", str(SHIM),
-               "-o", tmp]
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=300, check=False)
-            if r.returncode != 0:
-                raise BackendUnavailable(f"nv-host: compiling {SHIM.name} failed ({cxx}, "
-                                         f"headers {fp}, {nv}): {r.stderr.strip()[-800:]}")
-            os.replace(tmp, so)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-    lib = ctypes.CDLL(str(so))
+    inputs = [SHIM.read_bytes(), *((fp / n).read_bytes() for n in HEADERS),
+              (nv / "nv" / "target").read_bytes()]
+    lib = cached_library(
+        "nv_host", cxx, inputs,
+        lambda build, out: [cxx, "-std=c++17", "-O1", "-shared", "-fPIC", f"-I{fp}", f"-I{nv}",
+                            str(SHIM), "-o", str(out)],
+        f"headers {fp}, {nv}")
     i64, p = ctypes.c_int64, ctypes.c_void_p
     lib.mxref_nv_convert.argtypes = [ctypes.c_int, ctypes.c_int, p, p, i64]
     lib.mxref_nv_e8m0.argtypes = [p, p, i64, ctypes.c_int, ctypes.c_int]

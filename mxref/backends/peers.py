@@ -82,6 +82,35 @@ _ML_ELEM = {"mxfp8_e4m3": "float8_e4m3fn", "mxfp8_e5m2": "float8_e5m2",
             "mxfp4": "float4_e2m1fn", "nvfp4": "float4_e2m1fn"}
 
 
+def torchao_blocks(src, src_dtype, fmt, axis, bs, run, device=None):
+    """Blocks of ``src`` along ``axis`` through a torchao ``to_mx``-like ``run(t) -> (scales,
+    data)`` on rows padded to whole blocks (moved to ``device`` when given), back as numpy
+    ``(scales, codes)`` shaped like the input with the block axis where it was."""
+    import torch
+    if src_dtype == "float16":
+        raise Unsupported("torchao to_mx accepts bfloat16 and float32 only, not float16")
+    if src.ndim == 0:
+        raise Unsupported("cannot block a 0-d input")
+    x = np.moveaxis(src, axis, -1)
+    lead, n = x.shape[:-1], x.shape[-1]
+    nb = -(-n // bs)
+    rows = int(np.prod(lead, dtype=np.int64))
+    if rows == 0 or n == 0:
+        scales = np.zeros(lead + (nb,), np.uint8)
+        codes = np.zeros(lead + (n,), np.uint8)
+    else:
+        t = _to_torch(_pad_last(x.reshape(rows, n), bs), src_dtype)
+        s, d = run(t if device is None else t.to(device))
+        scales = s.view(torch.uint8).cpu().numpy().reshape(rows, nb)
+        c = d.contiguous().view(torch.uint8).cpu().numpy()
+        if fmt == "mxfp4":
+            c = _unpack_fp4(c.reshape(rows, -1))
+        codes = c.reshape(rows, nb * bs)[:, :n]
+        scales, codes = scales.reshape(lead + (nb,)), codes.reshape(lead + (n,))
+    return (np.ascontiguousarray(np.moveaxis(scales, -1, axis)),
+            np.ascontiguousarray(np.moveaxis(codes, -1, axis)))
+
+
 class _CpuPeer(Backend):
     """A third-party stack run on the CPU: refuses any other device and reports the installed
     distribution's version (``dist``; "unavailable" when it is missing: check_available then
@@ -277,35 +306,13 @@ class _Torchao(Backend):
         return f
 
     def quantize_mx(self, src, *, src_dtype, fmt, profile=None, axis=-1):
-        import torch
         from torchao.prototype.mx_formats.config import ScaleCalculationMode
         from torchao.prototype.mx_formats.mx_tensor import to_mx
         src = _check_src(src, src_dtype)
         self._mx_check(fmt)
-        if src_dtype == "float16":
-            raise Unsupported("torchao to_mx accepts bfloat16 and float32 only, not float16")
-        if src.ndim == 0:
-            raise Unsupported("cannot block a 0-d input")
-        bs = self.block_size
-        x = np.moveaxis(src, axis, -1)
-        lead, n = x.shape[:-1], x.shape[-1]
-        nb = -(-n // bs)
-        rows = int(np.prod(lead, dtype=np.int64))
-        if rows == 0 or n == 0:
-            scales = np.zeros(lead + (nb,), np.uint8)
-            codes = np.zeros(lead + (n,), np.uint8)
-        else:
-            xp = _pad_last(x.reshape(rows, n), bs)
-            t = _to_torch(xp, src_dtype)
-            s, d = to_mx(t, _torchao_elem_dtype(fmt), bs, getattr(ScaleCalculationMode, self.mode))
-            scales = s.view(torch.uint8).numpy().reshape(rows, nb)
-            c = d.contiguous().view(torch.uint8).numpy()
-            if fmt == "mxfp4":
-                c = _unpack_fp4(c.reshape(rows, -1))
-            codes = c.reshape(rows, nb * bs)[:, :n]
-            scales, codes = scales.reshape(lead + (nb,)), codes.reshape(lead + (n,))
-        return (np.ascontiguousarray(np.moveaxis(scales, -1, axis)),
-                np.ascontiguousarray(np.moveaxis(codes, -1, axis)))
+        bs, mode = self.block_size, getattr(ScaleCalculationMode, self.mode)
+        return torchao_blocks(src, src_dtype, fmt, axis, bs,
+                              lambda t: to_mx(t, _torchao_elem_dtype(fmt), bs, mode))
 
     def dequantize(self, scales, codes, *, fmt, profile=None):
         import torch

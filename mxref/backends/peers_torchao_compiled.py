@@ -23,17 +23,8 @@ pay, so axis 0 is Unsupported and listed "not timed"). ``run()`` returns torchao
 """
 from __future__ import annotations
 
-import numpy as np
-
 from .base import Backend, BackendUnavailable, Unsupported
-from .peers import (
-    _TORCHAO_FORMATS,
-    _check_src,
-    _fmt,
-    _pad_last,
-    _torchao_elem_dtype,
-    _unpack_fp4,
-)
+from .peers import _TORCHAO_FORMATS, _check_src, _fmt, _torchao_elem_dtype, torchao_blocks
 
 
 class _TorchaoCompiled(Backend):
@@ -103,35 +94,11 @@ class _TorchaoCompiled(Backend):
 
     # ---- verify: the same compiled function, numpy in and out -------------------------------
     def quantize_mx(self, src, *, src_dtype, fmt, profile=None, axis=-1):
-        import torch
-
-        from .peers import _to_torch
         self.check_available()
         src = _check_src(src, src_dtype)
         self._check(fmt)
-        if src_dtype == "float16":
-            raise Unsupported("torchao to_mx accepts bfloat16 and float32 only, not float16")
-        if src.ndim == 0:
-            raise Unsupported("cannot block a 0-d input")
-        bs = self.block_size
-        x = np.moveaxis(src, axis, -1)
-        lead, n = x.shape[:-1], x.shape[-1]
-        nb = -(-n // bs)
-        rows = int(np.prod(lead, dtype=np.int64))
-        if rows == 0 or n == 0:
-            scales = np.zeros(lead + (nb,), np.uint8)
-            codes = np.zeros(lead + (n,), np.uint8)
-        else:
-            t = _to_torch(_pad_last(x.reshape(rows, n), bs), src_dtype).to(self._device)
-            s, d = self._fn(fmt)(t)
-            scales = s.view(torch.uint8).cpu().numpy().reshape(rows, nb)
-            c = d.contiguous().view(torch.uint8).cpu().numpy()
-            if fmt == "mxfp4":
-                c = _unpack_fp4(c.reshape(rows, -1))
-            codes = c.reshape(rows, nb * bs)[:, :n]
-            scales, codes = scales.reshape(lead + (nb,)), codes.reshape(lead + (n,))
-        return (np.ascontiguousarray(np.moveaxis(scales, -1, axis)),
-                np.ascontiguousarray(np.moveaxis(codes, -1, axis)))
+        return torchao_blocks(src, src_dtype, fmt, axis, self.block_size, self._fn(fmt),
+                              device=self._device)
 
     # ---- the timing entry ----------------------------------------------------------------
     def timed_quantize_mx(self, x, *, fmt, profile=None, axis=-1):
