@@ -109,6 +109,15 @@ def _train_options(f):
     return f
 
 
+def _seed_list(seeds: str) -> list[int]:
+    """``--seeds 0,1,2`` as integers; anything else is a usage error naming the option."""
+    try:
+        return [int(s) for s in seeds.split(",") if s.strip()]
+    except ValueError:
+        raise click.BadParameter(f"{seeds!r} is not a comma-separated list of integers",
+                                 param_hint="--seeds") from None
+
+
 @click.group("train", invoke_without_command=True,
              context_settings={"help_option_names": ["-h", "--help"]})
 @_train_options
@@ -214,11 +223,7 @@ def experiment_cmd(name, scale, seeds, out, tokens, precision, device, validate_
     from .compare import markdown_table, public
     from .experiments import run_experiment
 
-    try:
-        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
-    except ValueError:
-        raise click.BadParameter(f"{seeds!r} is not a comma-separated list of integers",
-                                 param_hint="--seeds") from None
+    seed_list = _seed_list(seeds)
     try:
         report = run_experiment(name, scale, seed_list, Path(out), progress=not no_progress,
                                 tokens=tokens, precision=precision, device=device,
@@ -252,11 +257,7 @@ def rl_cmd(scale, seeds, arms, out, jobs, steps, device, compare_only):
     if compare_only:
         click.echo(markdown(compare(Path(out))), nl=False)
         return
-    try:
-        seed_list = [int(s) for s in seeds.split(",") if s.strip()]
-    except ValueError:
-        raise click.BadParameter(f"{seeds!r} is not a comma-separated list of integers",
-                                 param_hint="--seeds") from None
+    seed_list = _seed_list(seeds)
     try:
         rep = run_grid(arms.split(",") if arms else DEFAULT_ARMS, seed_list, Path(out), scale,
                        jobs, steps=steps, device=device)

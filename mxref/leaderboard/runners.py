@@ -79,19 +79,27 @@ def _need_checkout(*rel):
                               "repository checkout (pip install -e .)")
 
 
-def _verify(out: Path, backend: str, ops, formats, profiles, levels, log, extra_env=None,
-            jobs: int = 1):
-    """Run mxref verify in a subprocess (it may need a GPU stack), in `jobs` worker processes;
-    returns (report, rel, sha)."""
-    raw = out / f"verify-{backend}.json"
+def verify_command(backend, ops, formats, profiles, levels, raw, jobs, device=None) -> list:
+    """The ``mxref verify`` argv a runner starts (a subprocess: it may need a GPU stack)."""
     cmd = [sys.executable, "-m", "mxref.cli", "verify", "-b", backend, "--no-progress",
            "--ops", ",".join(ops), "--json-out", raw, "--jobs", str(jobs)]
+    if device:
+        cmd += ["--device", device]
     for f in formats:
         cmd += ["-f", f]
     for p in profiles:
         cmd += ["-p", p]
     for lv in levels:
         cmd += ["--level", str(lv)]
+    return cmd
+
+
+def _verify(out: Path, backend: str, ops, formats, profiles, levels, log, extra_env=None,
+            jobs: int = 1):
+    """Run mxref verify in a subprocess (it may need a GPU stack), in `jobs` worker processes;
+    returns (report, rel, sha)."""
+    raw = out / f"verify-{backend}.json"
+    cmd = verify_command(backend, ops, formats, profiles, levels, raw, jobs)
     rc = _run(cmd, log, extra_env)
     if not raw.is_file():
         raise RunnerError(f"mxref verify -b {backend} wrote no report (exit {rc}); see {log}")

@@ -212,21 +212,10 @@ def verified(report: dict, fmt: str, profile: str) -> tuple[bool, str]:
 
 
 def _verify_stack(out: Path, spec: str, device, formats, profiles, levels, log, jobs):
-    import sys
-
-    from .runners import RunnerError, _run, _store_evidence
+    from .runners import RunnerError, _run, _store_evidence, verify_command
     raw = out / f"verify-{slug(spec)}.json"
     raw.unlink(missing_ok=True)
-    cmd = [sys.executable, "-m", "mxref.cli", "verify", "-b", spec, "--no-progress",
-           "--ops", OP, "--json-out", raw, "--jobs", str(jobs)]
-    if device:
-        cmd += ["--device", device]
-    for f in formats:
-        cmd += ["-f", f]
-    for p in profiles:
-        cmd += ["-p", p]
-    for lv in levels:
-        cmd += ["--level", str(lv)]
+    cmd = verify_command(spec, [OP], formats, profiles, levels, raw, jobs, device)
     rc = _run(cmd, log)
     if not raw.is_file():
         raise RunnerError(f"mxref verify -b {spec} wrote no report (exit {rc}); see {log}")
