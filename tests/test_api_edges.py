@@ -102,11 +102,23 @@ def test_dequantize_refuses_what_is_not_an_mxtensor():
                                     (np.inf, "tensor_scale is infinite"),
                                     (-np.inf, "negative"),
                                     ("1", "not a number"),
-                                    (np.array([1.0, 2.0], np.float32), "one float32 value")])
+                                    (np.array([1.0, 2.0, 3.0], np.float32),
+                                     r"per-row tensor_scale must be float32 of shape \(2,\)"),
+                                    (np.array([1.0, 2.0]), r"per-row tensor_scale must be float32"),
+                                    (np.array([1.0, np.nan], np.float32), "NaN row")])
 def test_nvfp4_tensor_scale_must_be_finite_and_not_negative(ts, msg):
     codes = np.full((2, 32), 0x2, np.uint8)     # e2m1 1.0
     with pytest.raises((ScaleValueError, ShapeError), match=msg):
         mxref.dequantize(codes=codes, scales=ONES_E4M3, fmt="nvfp4", tensor_scale=ts)
+
+
+def test_nvfp4_per_row_tensor_scale_decodes_each_row():
+    """An array tensor scale is one per row (te_nvfp4_row): rows of e2m1 1.0 x E4M3 1.0 decode
+    to 1.0 and 2.0 under T = [1, 2]."""
+    codes = np.full((2, 32), 0x2, np.uint8)
+    d = mxref.dequantize(codes=codes, scales=ONES_E4M3, fmt="nvfp4",
+                         tensor_scale=np.array([1.0, 2.0], np.float32))
+    assert (d[0] == 1.0).all() and (d[1] == 2.0).all()
 
 
 def test_nvfp4_tensor_scale_zero_decodes_to_zero_and_others_scale():
