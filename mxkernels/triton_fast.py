@@ -385,7 +385,7 @@ def _qdq_orient(a, b, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
                 EL_MAXCODE: tl.constexpr, EL_SIGNBIT: tl.constexpr, FILL: tl.constexpr,
                 EL_MAXSIG: tl.constexpr, EL_EVENTHR: tl.constexpr, EL_MAXF32: tl.constexpr,
                 SCALE_RULE: tl.constexpr, SATURATE: tl.constexpr, OUT_BF16: tl.constexpr,
-                WRITE_Q: tl.constexpr):
+                WRITE_Q: tl.constexpr, SR: tl.constexpr, rb):
     """Dequantized values [BR, BC] (blocks of 32 along AXIS as in _orient) straight from the
     rounding add of _encode_mag, without forming codes: with m the binade's power of two and
     f = fl32(y + m) (step 3 of the module docstring), f - m is the rounded scaled magnitude
@@ -396,7 +396,18 @@ def _qdq_orient(a, b, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
     float negation compiles to 0 - x on the GPU, which loses -0); a poisoned block is the quiet
     NaN 0x7FC00000 (bf16 0x7FC0).
     bf16 output: RNE of the fp32 value (exact above 2^-133). WRITE_Q: also (byte, codes) from
-    the same f, as _orient computes them."""
+    the same f, as _orient computes them.
+
+    SR: stochastic rounding with the uint32 words rb ([BR, BC], element for element), mxref's
+    rule: with y = n * q + rest (q the element quantum of y's binade, 0 <= rest < q), round up
+    iff floor(rest / q * 2^32) + word >= 2^32. y is the exact scaled value whenever it is an
+    fp32 normal (P2); below 2^-126 rest / q < 2^-32 for every format here (q >= 2^-16), so it
+    rounds to 0 either way. With e the exponent field of y, the quantum sits r = 23 - MBITS +
+    max(EMIN + 127 - e, 0) >= 20 bits up y's 24-bit significand sig: n = sig >> r and
+    floor(rest / q * 2^32) = sig << (32 - r) mod 2^32 (r <= 32) or sig >> (r - 32) (r > 32).
+    The value is n * 2^(max(e, EMIN + 127) - 127 - MBITS) (n <= 2^(MBITS + 1): exact) and the
+    code n + ((max(e, EMIN + 127) - EMIN - 127) << MBITS) (a carry of n into the next binade
+    gives that binade's first code)."""
     if AXIS == 1:
         a3 = tl.reshape(a, (BR, BC // 32, 32))
         b3 = tl.reshape(b, (BR, BC // 32, 32))
@@ -421,11 +432,28 @@ def _qdq_orient(a, b, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
     y = yf.to(tl.int32, bitcast=True)
     MINB: tl.constexpr = (EL_EMIN + 127) << 23
     MOFF: tl.constexpr = (23 - EL_MBITS) << 23
-    t = tl.maximum(y & 0x7F800000, MINB)
-    m = t + MOFF
-    mf = m.to(tl.float32, bitcast=True)
-    f = y.to(tl.float32, bitcast=True) + mf
-    mag = f - mf
+    if SR:
+        EB: tl.constexpr = EL_EMIN + 127
+        if AXIS == 1:
+            w3 = tl.reshape(rb, (BR, BC // 32, 32))
+        else:
+            w3 = tl.reshape(rb, (BR // 32, 32, BC))
+        e = y >> 23
+        ebq = tl.maximum(e, EB)
+        r = (23 - EL_MBITS) + (ebq - e)
+        sig = ((y & 0x7FFFFF) | 0x800000).to(tl.uint32, bitcast=True)
+        nq = tl.where(r < 25, sig >> tl.minimum(r, 24).to(tl.uint32), 0)
+        fr = tl.where(r <= 32, sig << tl.maximum(32 - r, 0).to(tl.uint32),
+                      sig >> tl.minimum(tl.maximum(r - 32, 0), 31).to(tl.uint32))
+        up = (fr + w3) < fr                                  # uint32 carry out of the add
+        nq = tl.where(e == 0, 0, nq.to(tl.int32) + up.to(tl.int32))
+        mag = nq.to(tl.float32) * ((ebq - EL_MBITS) << 23).to(tl.float32, bitcast=True)
+    else:
+        t = tl.maximum(y & 0x7F800000, MINB)
+        m = t + MOFF
+        mf = m.to(tl.float32, bitcast=True)
+        f = y.to(tl.float32, bitcast=True) + mf
+        mag = f - mf
     if SATURATE:        # on the bits: nonnegative floats order as their bit patterns
         mag = tl.minimum(mag.to(tl.int32, bitcast=True), EL_MAXF32).to(tl.float32, bitcast=True)
     v = mag * sc3
@@ -441,9 +469,12 @@ def _qdq_orient(a, b, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
     else:
         v = vb.to(tl.float32, bitcast=True)
     if WRITE_Q:
-        K0: tl.constexpr = (EL_EMIN + 150 - EL_MBITS) << EL_MBITS
-        KC: tl.constexpr = (MOFF >> (23 - EL_MBITS)) - MOFF - K0
-        code = (f.to(tl.int32, bitcast=True) - t) + ((t >> (23 - EL_MBITS)) + KC)
+        if SR:
+            code = nq + ((ebq - EB) << EL_MBITS)
+        else:
+            K0: tl.constexpr = (EL_EMIN + 150 - EL_MBITS) << EL_MBITS
+            KC: tl.constexpr = (MOFF >> (23 - EL_MBITS)) - MOFF - K0
+            code = (f.to(tl.int32, bitcast=True) - t) + ((t >> (23 - EL_MBITS)) + KC)
         if SATURATE:
             code = tl.minimum(EL_MAXCODE, code)
         code = code | ((b3 >> (31 - EL_SIGNBIT)) & (1 << EL_SIGNBIT))
@@ -461,11 +492,12 @@ def _qdq_write(a, b, out_ptr, scale_ptr, code_ptr, out_offs, mask, rows, cols, r
                EL_MAXCODE: tl.constexpr, EL_SIGNBIT: tl.constexpr, FILL: tl.constexpr,
                EL_MAXSIG: tl.constexpr, EL_EVENTHR: tl.constexpr, EL_MAXF32: tl.constexpr,
                SCALE_RULE: tl.constexpr, SATURATE: tl.constexpr, OUT_BF16: tl.constexpr,
-               WRITE_Q: tl.constexpr):
-    """One orientation of mx_qdq_kernel: values, and with WRITE_Q row-major scales and codes."""
+               WRITE_Q: tl.constexpr, SR: tl.constexpr, rb):
+    """One orientation of mx_qdq_kernel: values, and with WRITE_Q row-major scales and codes
+    (SR, rb: stochastic rounding with the words rb, see _qdq_orient)."""
     v, byte, code = _qdq_orient(a, b, AXIS, BR, BC, EL_MBITS, EL_EMIN, EL_EMAX, EL_MAXCODE,
                                 EL_SIGNBIT, FILL, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE,
-                                SATURATE, OUT_BF16, WRITE_Q)
+                                SATURATE, OUT_BF16, WRITE_Q, SR, rb)
     tl.store(out_ptr + out_offs, v, mask=mask)
     if WRITE_Q:
         _store_scales(scale_ptr, byte, r0, c0, n_rows, n_cols, 0, AXIS, BR, BC, 0)
@@ -497,12 +529,12 @@ def mx_qdq_kernel(
         _qdq_write(a, b, row_out_ptr, row_scale_ptr, row_code_ptr, base + offs, m, rows, cols,
                    r0, c0, n_rows, n_cols, 1, BR, BC, EL_MBITS, EL_EMIN, EL_EMAX, EL_MAXCODE,
                    EL_SIGNBIT, FILL, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE, SATURATE,
-                   OUT_BF16, WRITE_Q)
+                   OUT_BF16, WRITE_Q, False, 0)
     if COLS:
         _qdq_write(a, b, col_out_ptr, col_scale_ptr, col_code_ptr, base + offs, m, rows, cols,
                    r0, c0, n_rows, n_cols, 0, BR, BC, EL_MBITS, EL_EMIN, EL_EMAX, EL_MAXCODE,
                    EL_SIGNBIT, FILL, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE, SATURATE,
-                   OUT_BF16, WRITE_Q)
+                   OUT_BF16, WRITE_Q, False, 0)
 
 KERNELS = {"mx_fast": mx_fast_kernel, "mx_dual": mx_dual_kernel, "mx_qdq": mx_qdq_kernel}
 
@@ -875,21 +907,28 @@ def _int_class(n: int) -> int:
 
 
 def _launch_qdq(grid: int, ce, nw, args) -> None:
+    launch_cached(mx_qdq_kernel, grid, ce, nw, args, 7)
+
+
+def launch_cached(kernel, grid: int, ce, nw, args, n_ptr: int, **opts) -> None:
+    """Launch ``kernel`` on a 1-D grid with ``args`` (its first n_ptr are tensors, the next two
+    the specialized ints n_rows, n_cols; any further int is ``do_not_specialize``) and the
+    constexprs ``ce`` = (dict, values in parameter order); opts: compile options."""
     ce_kw, ce_vals = ce
     if INTERPRETED or not _LAUNCH_CACHE[0]:
-        mx_qdq_kernel[(grid,)](*args, **ce_kw, **({} if nw is None else {"num_warps": nw}))
+        kernel[(grid,)](*args, **ce_kw, **({} if nw is None else {"num_warps": nw}), **opts)
         return
     drv = _active_driver()
     dev = drv.get_current_device()          # what JITFunction.run launches on
-    key = (id(ce_kw), nw, dev, _int_class(args[7]), _int_class(args[8]),
-           *(t.data_ptr() % 16 == 0 for t in args[:7]))
+    key = (id(kernel), id(ce_kw), nw, dev, _int_class(args[n_ptr]), _int_class(args[n_ptr + 1]),
+           *(t.data_ptr() % 16 == 0 for t in args[:n_ptr]))
     hit = _LAUNCHED.get(key)
     if hit is not None and hit[0] is ce_kw and _no_hooks():
         k = hit[1]
         k.run(grid, 1, 1, drv.get_current_stream(dev), k.function, k.packed_metadata, None,
               None, None, *args, *ce_vals)
         return
-    k = mx_qdq_kernel[(grid,)](*args, **ce_kw, num_warps=nw)
+    k = kernel[(grid,)](*args, **ce_kw, num_warps=nw, **opts)
     if hasattr(k, "packed_metadata") and hasattr(k, "function"):
         _LAUNCHED[key] = (ce_kw, k)     # the dict held: its id cannot be reused while keyed
 

@@ -40,10 +40,12 @@ def _fwd_bwd(m, x0, fast=True):
         M.FAST_PATH[0] = True
 
 
-def test_plan_covers_exactly_the_plain_mx_recipes():
+def test_plan_covers_exactly_the_plain_rotated_and_sr_mx_recipes():
     took = {name for name, r in RECIPES.items() if M.fast_plan(r) is not None}
-    assert took == {"mxfp4-f", "mxfp4-fd", "mxfp4-fdw"}, took
-    # a custom all-MXFP8 recipe qualifies; SR, a rotation or one bf16 operand does not
+    assert took == {"mxfp4-f", "mxfp4-fd", "mxfp4-fdw", "mxfp4-fdw-h16", "mxfp4-fdw-rht",
+                    "mxfp4-fdw-sr"}, took
+    # a custom all-MXFP8 recipe qualifies, so do SR and a 16-point rotation; a 64-point
+    # rotation, a rotation with a bf16 operand, or a forward copy does not
     base = get_recipe("mxfp4-fdw")
     f8 = dataclasses.replace(base.fprop.a, fmt="mxfp8_e4m3")
     r8 = base.replace(name="f8", fprop=base.fprop.__class__(f8, f8),
@@ -51,25 +53,48 @@ def test_plan_covers_exactly_the_plain_mx_recipes():
     assert M.fast_plan(r8) is not None
     sr = base.replace(name="sr", dgrad=dataclasses.replace(
         base.dgrad, a=dataclasses.replace(base.dgrad.a, rounding="sr")))
-    assert M.fast_plan(sr) is None
+    assert M.fast_plan(sr)["dy"][0].fused and not M.fast_plan(sr)["dy"][1].fused
     h = base.replace(name="h", wgrad=dataclasses.replace(base.wgrad, hadamard="deterministic",
                                                          hadamard_n=16))
-    assert M.fast_plan(h) is None
+    assert M.fast_plan(h)["rotates"] and M.fast_plan(h)["x"][1].n == 16
+    assert M.fast_plan(h)["x"][0].n == 0
+    h64 = base.replace(name="h64", wgrad=dataclasses.replace(base.wgrad, hadamard="random",
+                                                             hadamard_n=64))
+    assert M.fast_plan(h64) is None
+    fd = get_recipe("mxfp4-fd")
+    hb = fd.replace(name="hb", wgrad=dataclasses.replace(fd.wgrad, hadamard="random",
+                                                         hadamard_n=16))
+    assert M.fast_plan(hb) is None            # wgrad rotates bf16 operands: generic
     # an unquantized operand re-used from the forward (source "fwd") stays generic
-    fwd = get_recipe("mxfp4-fd").replace(name="fwd", wgrad=dataclasses.replace(
-        base.wgrad, b=dataclasses.replace(get_recipe("mxfp4-fd").wgrad.b, source="fwd")))
+    fwd = fd.replace(name="fwd", wgrad=dataclasses.replace(
+        base.wgrad, b=dataclasses.replace(fd.wgrad.b, source="fwd")))
     assert fwd.wgrad.b.fmt is None and M.fast_plan(fwd) is None
     assert M.fast_plan(get_recipe("bf16")) is None           # nothing quantized: F.linear
 
 
+def _specs(plan):
+    return {k: tuple(None if o is None else o.spec for o in plan[k]) for k in ("x", "w", "dy")}
+
+
 def test_plan_marks_the_unquantized_orientations():
     f4 = get_recipe("mxfp4-fdw").fprop.a
-    assert M.fast_plan(get_recipe("mxfp4-f")) == {"x": (f4, None), "w": (f4, None),
-                                                  "dy": (None, None)}
-    assert M.fast_plan(get_recipe("mxfp4-fd")) == {"x": (f4, None), "w": (f4, f4),
-                                                   "dy": (f4, None)}
-    assert M.fast_plan(get_recipe("mxfp4-fdw")) == {"x": (f4, f4), "w": (f4, f4),
-                                                    "dy": (f4, f4)}
+    assert _specs(M.fast_plan(get_recipe("mxfp4-f"))) == {"x": (f4, None), "w": (f4, None),
+                                                          "dy": (None, None)}
+    assert _specs(M.fast_plan(get_recipe("mxfp4-fd"))) == {"x": (f4, None), "w": (f4, f4),
+                                                           "dy": (f4, None)}
+    assert _specs(M.fast_plan(get_recipe("mxfp4-fdw"))) == {"x": (f4, f4), "w": (f4, f4),
+                                                            "dy": (f4, f4)}
+
+
+def test_plan_records_gemm_side_and_rotation_of_each_orientation():
+    p = M.fast_plan(get_recipe("mxfp4-fdw-rht"))
+    # x: fprop A, wgrad B; W: fprop B, dgrad B; dy: dgrad A, wgrad A
+    assert [(o.gemm, o.side, o.hadamard, o.n) for k in ("x", "w", "dy") for o in p[k]] == [
+        (0, 0, "random", 16), (2, 1, "random", 16), (0, 1, "random", 16),
+        (1, 1, "random", 16), (1, 0, "random", 16), (2, 0, "random", 16)]
+    p = M.fast_plan(get_recipe("mxfp4-fdw-sr"))
+    assert [o.spec.rounding for k in ("x", "w", "dy") for o in p[k]] == \
+        ["rne"] * 4 + ["sr"] * 2
 
 
 @pytest.mark.parametrize("recipe,want", [
@@ -93,11 +118,13 @@ def test_one_launch_per_tensor_with_a_quantized_orientation(monkeypatch, recipe,
     assert calls == want
 
 
-@pytest.mark.parametrize("recipe", ["mxfp4-f", "mxfp4-fd", "mxfp4-fdw"])
+@pytest.mark.parametrize("recipe", ["mxfp4-f", "mxfp4-fd", "mxfp4-fdw", "mxfp4-fdw-h16",
+                                    "mxfp4-fdw-rht", "mxfp4-fdw-sr"])
 @pytest.mark.parametrize("bias", [True, False])
 def test_fast_path_is_bit_identical_to_the_generic_path_in_fp32(recipe, bias):
     m = _pair(recipe, bias=bias)
-    x0 = torch.randn(3, 40, 64)
+    m.layer_id, m.step = 2, 7             # the random signs and SR streams depend on both
+    x0 = torch.randn(3, 48, 64)           # T = 144: the rotated recipes take the fast path
     fast = _fwd_bwd(m, x0, True)
     slow = _fwd_bwd(m, x0, False)
     for a, b in zip(fast, slow):
@@ -234,8 +261,8 @@ def test_fast_path_validation_fails_on_a_wrong_value(monkeypatch):
     orientation) must fail the in-run check, naming the operand."""
     real = M._qdq
 
-    def bad(t, specs, want_q):
-        r, c, q = real(t, specs, want_q)
+    def bad(t, specs, want_q, layer=None):
+        r, c, q = real(t, specs, want_q, layer)
         r = r.clone()
         r.view(-1)[5] = -r.view(-1)[5] if r.view(-1)[5] != 0 else 1.0
         return r, c, q
@@ -254,9 +281,9 @@ def test_shared_input_is_quantized_once_and_recomputed_after_an_inplace_edit(mon
     calls = []
     real = M._qdq
 
-    def counting(t, specs, want_q):
+    def counting(t, specs, want_q, layer=None):
         calls.append(tuple(t.shape))
-        return real(t, specs, want_q)
+        return real(t, specs, want_q, layer)
 
     monkeypatch.setattr(M, "_qdq", counting)
     q, k = _pair(seed=1), _pair(seed=2)
@@ -285,3 +312,97 @@ def test_fast_path_under_autocast_returns_the_autocast_dtype():
     y.float().sum().backward()
     assert x.grad.dtype == torch.float32 and m.weight.grad.dtype == torch.float32
     assert torch.isfinite(x.grad).all() and m.weight.grad.abs().sum() > 0
+
+
+_FUSED = ["mxfp4-fdw-h16", "mxfp4-fdw-rht", "mxfp4-fdw-sr"]
+
+
+def _fused_calls(monkeypatch):
+    """Record (rows, cols, rot_n, row_sr is set, col_sr is set) of every triton_train.qdq."""
+    tt = M.Q.triton_module("triton_train", torch.device("cpu"))
+    real = tt.qdq
+    calls = []
+
+    def counting(t, fmt, profile="ocp", **kw):
+        calls.append((kw["rows"], kw["cols"], kw["rot_n"], kw.get("row_sr") is not None,
+                      kw.get("col_sr") is not None))
+        return real(t, fmt, profile, **kw)
+
+    monkeypatch.setattr(tt, "qdq", counting)
+    return calls
+
+
+@pytest.mark.parametrize("recipe,want", [
+    ("mxfp4-fdw-h16", [(True, True, 16, False, False)] * 3),
+    # x and W round to nearest: triton_fast's plain launch; dy: one fused SR launch
+    ("mxfp4-fdw-sr", [(True, True, 0, True, True)])])
+def test_rotated_and_sr_recipes_take_one_fused_launch_per_tensor(monkeypatch, recipe, want):
+    calls = _fused_calls(monkeypatch)
+    M._X_CACHE.clear()
+    _fwd_bwd(_pair(recipe), torch.randn(48, 64))
+    assert calls == want
+
+
+def test_a_rotated_axis_off_the_hadamard_size_falls_back_to_the_generic_path(monkeypatch):
+    """T = 40 is not a multiple of 16: the generic path pads the rotation blocks, so the fast
+    path must not run (no fused launch), and the result is the generic path's."""
+    calls = _fused_calls(monkeypatch)
+    m = _pair("mxfp4-fdw-h16")
+    x0 = torch.randn(40, 64)
+    fast = _fwd_bwd(m, x0, True)
+    assert calls == []
+    slow = _fwd_bwd(m, x0, False)
+    assert all(torch.equal(a, b) for a, b in zip(fast, slow) if a is not None)
+
+
+@pytest.mark.parametrize("recipe", _FUSED)
+@pytest.mark.parametrize("autocast", [False, True])
+def test_fused_recipes_capture_passes_against_mxref(recipe, autocast):
+    m = _pair(recipe)
+    m.layer_id, m.step = 1, 4
+    recs = _captured_checks(m, autocast)
+    assert len(recs) == 9 and all(r.ok for r in recs), [r for r in recs if not r.ok]
+    assert all("values" in r.detail for r in recs if r.operand != "out")
+    cap = m._capture_done
+    if recipe == "mxfp4-fdw-sr":
+        seeds = [cap[g][s]["sr_seed"] for g in ("dgrad", "wgrad") for s in ("a", "b")]
+        assert seeds[0] is not None and seeds[2] is not None and seeds[0] != seeds[2]
+        assert seeds[1] is None and seeds[3] is None
+    else:
+        assert all(cap[g]["hadamard_n"] == 16 for g in ("fprop", "dgrad", "wgrad"))
+
+
+@pytest.mark.parametrize("recipe,plant", [
+    ("mxfp4-fdw-rht", "step"),       # the kernel draws last step's signs
+    ("mxfp4-fdw-sr", "seed"),        # the kernel rounds dy with another layer's SR stream
+    ("mxfp4-fdw-h16", "unrotated")])  # the kernel forgets to rotate the columns
+def test_fused_validation_fails_on_a_planted_bug(monkeypatch, recipe, plant):
+    real_args = M._launch_args
+    tt = M.Q.triton_module("triton_train", torch.device("cpu"))
+    real_qdq = tt.qdq
+    if plant == "step":
+        def args(o, layer):
+            s, seed = real_args(o, layer)
+            return (("random", s[1], s[2] + 1, s[3]) if s and s[0] == "random" else s), seed
+        monkeypatch.setattr(M, "_launch_args", args)
+    elif plant == "seed":            # the record keeps the right seed
+        def qdq(t, fmt, profile="ocp", **kw):
+            for k in ("row_sr", "col_sr"):
+                if kw.get(k) is not None:
+                    kw[k] += 1
+            return real_qdq(t, fmt, profile, **kw)
+        monkeypatch.setattr(tt, "qdq", qdq)
+    else:
+        def qdq(t, fmt, profile="ocp", **kw):
+            kw["col_rot"] = False
+            return real_qdq(t, fmt, profile, **kw)
+        monkeypatch.setattr(tt, "qdq", qdq)
+    m = _pair(recipe)
+    m.layer_id, m.step = 1, 4
+    recs = _captured_checks(m, False)
+    bad = {(r.gemm, r.operand) for r in recs if not r.ok and r.operand != "out"}
+    want = {"step": {("fprop", "x"), ("fprop", "W"), ("dgrad", "dy"), ("dgrad", "W^T"),
+                     ("wgrad", "dy^T"), ("wgrad", "x^T")},
+            "seed": {("dgrad", "dy"), ("wgrad", "dy^T")},
+            "unrotated": {("dgrad", "W^T"), ("wgrad", "dy^T"), ("wgrad", "x^T")}}[plant]
+    assert bad == want, [r for r in recs if not r.ok]

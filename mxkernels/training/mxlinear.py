@@ -22,6 +22,7 @@ index, operand index)).
 """
 from __future__ import annotations
 
+import dataclasses
 import fnmatch
 import functools
 import re
@@ -119,7 +120,8 @@ class MXLinear(torch.nn.Module):
                 self._plan = fast_plan(self.recipe) \
                     if _resolve_backend(self.backend, x.device) == "triton" else None
                 self._plan_recipe = (self.recipe, self.backend, x.device.type)
-            if self._plan is not None:
+            if self._plan is not None and (not self._plan["rotates"] or _fast_shapes_ok(
+                    self._plan, x.numel() // x.shape[-1], x.shape[-1], self.weight.shape[0])):
                 return _MXLinearFastFn.apply(x, self.weight, self.bias, self, self._plan)
         return _MXLinearFn.apply(x, self.weight, self.bias, self)
 
@@ -405,7 +407,9 @@ FAST_PATH = [True]      # tests switch it off to compare with the generic path
 
 
 def _plain(spec: OperandSpec) -> bool:
-    if spec.fmt is None or spec.rounding != "rne" or spec.source != "hp" or \
+    """An MX operand the fused fake-quantization kernels implement: a fast-kernel format and
+    profile, RNE or SR, from high precision, block scaling, no corrections."""
+    if spec.fmt is None or spec.rounding not in ("rne", "sr") or spec.source != "hp" or \
             spec.scaling != "block" or spec.macro is not None or spec.outlier is not None or \
             spec.clamp_quantile is not None or spec.dge_k is not None or \
             spec.dge_const is not None:
@@ -419,31 +423,53 @@ def _unquantized(spec: OperandSpec) -> bool:
     return spec.fmt is None and spec.source == "hp"
 
 
+@dataclasses.dataclass(frozen=True)
+class Orient:
+    """One quantized orientation of a tensor in a fast plan: its operand spec, the GEMM (index
+    into GEMMS) and side (0: A, 1: B) it feeds, and that GEMM's Hadamard kind and size ("none",
+    0 when it does not rotate). ``fused``: it needs the fused kernel (rotation or SR)."""
+
+    spec: OperandSpec
+    gemm: int
+    side: int
+    hadamard: str = "none"
+    n: int = 0
+
+    @property
+    def fused(self) -> bool:
+        return self.n > 0 or self.spec.rounding == "sr"
+
+
 def fast_plan(recipe) -> dict | None:
     """The fast path's plan for ``recipe``, or None when the generic path must run it.
 
     Eligible: every one of the six operands either unquantized (fmt None, read from the
-    high-precision tensor) or quantized by a plain MX block format and profile that
-    ``triton_fast.quantize_dequantize`` implements (RNE, from high precision, no rotation,
-    corrections, vector scaling or activation storage; plain "matmul" GEMMs), and at least one
-    quantized: mxfp4-f, mxfp4-fd, mxfp4-fdw. A tensor with a quantized orientation needs one
-    launch that writes the dequantized (exact, bf16) values of the orientations that are
-    quantized: x along K (fprop) and T (wgrad), W along K (fprop) and N (dgrad), dy along N
-    (dgrad) and T (wgrad). An unquantized orientation is the tensor itself, cast to bf16 under
-    bf16 autocast (what nn.Linear multiplies there) and to fp32 otherwise (what the generic path
-    multiplies). The plan maps "x", "w", "dy" to (row spec, column spec), None for an
-    unquantized orientation."""
+    high-precision tensor) or quantized by an MX format and profile that the fast kernels
+    implement, RNE or SR, from high precision, block scaling, no corrections or activation
+    storage, plain "matmul" GEMMs; a GEMM may rotate (any Hadamard kind, n = 16 or 32) when
+    both its operands are quantized; at least one operand quantized. A tensor with a quantized
+    orientation needs one launch that writes the dequantized (exact, bf16) values of the
+    orientations that are quantized: x along K (fprop) and T (wgrad), W along K (fprop) and N
+    (dgrad), dy along N (dgrad) and T (wgrad); a rotated orientation is rotated along the same
+    axis and SR draws its words in the kernel (``triton_train.qdq``). An unquantized
+    orientation is the tensor itself, cast to bf16 under bf16 autocast (what nn.Linear
+    multiplies there) and to fp32 otherwise (what the generic path multiplies). The plan maps
+    "x", "w", "dy" to (row, column) :class:`Orient`, None for an unquantized orientation."""
     return _fast_plan(recipe)
 
 
 @functools.lru_cache(maxsize=64)
 def _fast_plan(recipe) -> dict | None:
+    from mxkernels.triton_train import ROT_SIZES
     if recipe.save_activations is not None:
         return None
     any_q = False
     for gemm in GEMMS:
         g = getattr(recipe, gemm)
-        if g.hadamard != "none" or g.gemm != "matmul":
+        if g.gemm != "matmul":
+            return None
+        if g.hadamard != "none" and (g.hadamard_n not in ROT_SIZES or not _plain(g.a) or
+                                     not _plain(g.b)):
             return None
         for spec in (g.a, g.b):
             if _plain(spec):
@@ -453,11 +479,27 @@ def _fast_plan(recipe) -> dict | None:
     if not any_q:
         return None
 
-    def q(spec):
-        return spec if spec.fmt is not None else None
-    return {"x": (q(recipe.fprop.a), q(recipe.wgrad.b)), "w": (q(recipe.fprop.b),
-                                                             q(recipe.dgrad.b)),
-            "dy": (q(recipe.dgrad.a), q(recipe.wgrad.a))}
+    def o(gemm, side):
+        g = getattr(recipe, gemm)
+        spec = g.b if side else g.a
+        if spec.fmt is None:
+            return None
+        rot = g.hadamard != "none"
+        return Orient(spec, _GEMM_INDEX[gemm], side, g.hadamard, g.hadamard_n if rot else 0)
+    plan = {"x": (o("fprop", 0), o("wgrad", 1)), "w": (o("fprop", 1), o("dgrad", 1)),
+            "dy": (o("dgrad", 0), o("wgrad", 0))}
+    plan["rotates"] = any(o is not None and o.n for k in ("x", "w", "dy") for o in plan[k])
+    return plan
+
+
+def _fast_shapes_ok(plan, T: int, K: int, N: int) -> bool:
+    """Whether a rotated orientation's axis is a multiple of its size (x rows: K, x cols: T,
+    W rows: K, W cols: N, dy rows: N, dy cols: T); else the generic path pads."""
+    for key, (rax, cax) in (("x", (K, T)), ("w", (K, N)), ("dy", (N, T))):
+        for o, ax in zip(plan[key], (rax, cax)):
+            if o is not None and o.n and ax % o.n:
+                return False
+    return True
 
 
 def _triton_fast(device: torch.device):
@@ -465,15 +507,66 @@ def _triton_fast(device: torch.device):
     return Q.triton_module("triton_fast", device)
 
 
-def _qdq(t: torch.Tensor, specs, want_q: bool):
+_TE16_MASK = [None]
+
+
+def _launch_args(o: Orient, layer) -> tuple:
+    """(signs, SR seed) of one fused orientation for this call (triton_train.qdq's arguments;
+    the generic path's signs and seeds: _Ctx.signs / _Ctx.sr_seed)."""
+    r = layer.recipe
+    seed = Q.mix_seed(r.seed, layer.layer_id, layer.step, o.gemm, o.side) \
+        if o.spec.rounding == "sr" else None
+    if o.hadamard in ("none", "deterministic"):
+        return None, seed
+    if o.hadamard == "fixed_sign":
+        if o.n == 16:
+            if _TE16_MASK[0] is None:
+                from mxref.rotate import TE16_SIGNS
+                _TE16_MASK[0] = sum(1 << j for j, v in enumerate(TE16_SIGNS) if v < 0)
+            return ("mask", _TE16_MASK[0]), seed
+        return ("random", int(r.seed), 0, 0), seed
+    return ("random", int(r.seed), int(layer.step) % 2**32,
+            (4 * int(layer.layer_id) + o.gemm) % 2**32), seed
+
+
+def _fused(t: torch.Tensor, o0, o1, layer, want_q: bool):
+    """_qdq for a tensor with a fused orientation: one triton_train.qdq launch when both
+    orientations share format, profile and rotation size (or only one is quantized), else
+    one per orientation."""
+    tt = Q.triton_module("triton_train", t.device)
+    a0 = _launch_args(o0, layer) if o0 is not None else None
+    a1 = _launch_args(o1, layer) if o1 is not None else None
+    with Q._section(t.device):
+        if o0 is None or o1 is None or ((o0.spec.fmt, o0.spec.profile) ==
+                                        (o1.spec.fmt, o1.spec.profile) and
+                                        (o0.n == o1.n or not o0.n or not o1.n)):
+            s = (o0 or o1).spec
+            n0 = o0.n if o0 is not None else 0
+            n1 = o1.n if o1 is not None else 0
+            return tt.qdq(t, s.fmt, s.profile, rows=o0 is not None, cols=o1 is not None,
+                          with_codes=want_q, rot_n=max(n0, n1), row_rot=n0 > 0, col_rot=n1 > 0,
+                          row_signs=a0 and a0[0], col_signs=a1 and a1[0],
+                          row_sr=a0 and a0[1], col_sr=a1 and a1[1])
+        r, _, qr = tt.qdq(t, o0.spec.fmt, o0.spec.profile, rows=True, cols=False,
+                          with_codes=want_q, rot_n=o0.n, row_signs=a0[0], row_sr=a0[1])
+        _, c, qc = tt.qdq(t, o1.spec.fmt, o1.spec.profile, rows=False, cols=True,
+                          with_codes=want_q, rot_n=o1.n, col_signs=a1[0], col_sr=a1[1])
+    return r, c, (None if not want_q else (qr[0], qr[1], qc[2], qc[3]))
+
+
+def _qdq(t: torch.Tensor, orients, want_q: bool, layer=None):
     """(row values, col values, codes/scales or None) of t [R, C]: rows blocked along C per
-    specs[0], columns blocked along R per specs[1]; None for an unquantized orientation (spec
-    None) and no launch when neither is quantized; one launch when both use the same format and
-    profile, or when only one orientation is quantized. (Host time matters here: a step calls
-    this three times per layer.)"""
-    s0, s1 = specs
-    if s0 is None and s1 is None:
+    orients[0], columns blocked along R per orients[1]; None for an unquantized orientation
+    (None) and no launch when neither is quantized; one launch when both use the same format
+    and profile, or when only one orientation is quantized. (Host time matters here: a step
+    calls this three times per layer.) Rotated or SR orientations go to :func:`_fused`."""
+    o0, o1 = orients
+    if o0 is None and o1 is None:
         return None, None, None
+    if (o0 is not None and o0.fused) or (o1 is not None and o1.fused):
+        return _fused(t, o0, o1, layer, want_q)
+    s0 = None if o0 is None else o0.spec
+    s1 = None if o1 is None else o1.spec
     tf = _triton_fast(t.device)
     if s1 is None or s0 is None:
         s = s0 if s1 is None else s1
@@ -503,13 +596,15 @@ def _qdq(t: torch.Tensor, specs, want_q: bool):
 _X_CACHE: dict = {}
 
 
-def _qdq_input(x: torch.Tensor, x2: torch.Tensor, specs, want_q: bool):
-    key = (specs, x.shape, x.dtype, x.device)
+def _qdq_input(x: torch.Tensor, x2: torch.Tensor, orients, want_q: bool, layer):
+    # a fused orientation's signs and SR stream depend on the layer and step
+    dyn = tuple(_launch_args(o, layer) for o in orients if o is not None and o.fused)
+    key = (orients, dyn, x.shape, x.dtype, x.device)
     ref = _X_CACHE.get("ref")
     if not want_q and ref is not None and ref() is x and _X_CACHE["version"] == x._version \
             and _X_CACHE["key"] == key:
         return _X_CACHE["out"]
-    out = _qdq(x2, specs, want_q)
+    out = _qdq(x2, orients, want_q, layer)
     _X_CACHE.clear()
     if not want_q:
         _X_CACHE.update(ref=weakref.ref(x), version=x._version, key=key, out=out)
@@ -548,7 +643,7 @@ def _hp(t: torch.Tensor, bf16: bool) -> torch.Tensor:
     return t.to(torch.bfloat16 if bf16 else torch.float32).contiguous()
 
 
-def _rec_operand(t, q, side_rows: bool, values):
+def _rec_operand(t, q, side_rows: bool, values, sr_seed=None):
     """A capture record of an operand blocked along its last axis, from a qdq of the tensor
     (side_rows: the operand is t itself (row blocks), else t^T (column blocks)). ``q`` None:
     an unquantized operand, recorded as its high-precision input and the values multiplied."""
@@ -558,11 +653,29 @@ def _rec_operand(t, q, side_rows: bool, values):
         return {"input": _np(t.float().t()), "values": _np(values.t())}
     if side_rows:
         return {"input": _np(t.float()), "scales": _np(q[0]), "codes": _np(q[1]),
-                "sr_seed": None, "tensor_scale": None, "row_scale": None, "extra": {},
+                "sr_seed": sr_seed, "tensor_scale": None, "row_scale": None, "extra": {},
                 "values": _np(values)}
     return {"input": _np(t.float().t()), "scales": _np(q[2].t()), "codes": _np(q[3].t()),
-            "sr_seed": None, "tensor_scale": None, "row_scale": None, "extra": {},
+            "sr_seed": sr_seed, "tensor_scale": None, "row_scale": None, "extra": {},
             "values": _np(values.t())}
+
+
+def _seed(o, layer):
+    """The SR seed an orientation's record carries (None: RNE or unquantized)."""
+    return None if o is None or o.spec.rounding != "sr" else _launch_args(o, layer)[1]
+
+
+def _rec_gemm(layer, gemm: str, a: dict, b: dict, out, spec) -> dict:
+    """A capture record of one fast-path GEMM; a rotating GEMM also records the host copy of
+    its signs and its size, as the generic path does."""
+    rec = {"a": a, "b": b, "out": out, "spec": spec}
+    if spec.hadamard != "none":
+        r = layer.recipe
+        rec["signs"] = Q.hadamard_signs(spec.hadamard, spec.hadamard_n, seed=r.seed,
+                                        step=int(layer.step),
+                                        tensor_id=4 * int(layer.layer_id) + _GEMM_INDEX[gemm])
+        rec["hadamard_n"] = spec.hadamard_n
+    return rec
 
 
 def _qpart(q, rows: bool):
@@ -593,8 +706,8 @@ class _MXLinearFastFn(torch.autograd.Function):
         ac = torch.is_autocast_enabled(x.device.type)
         odt = torch.get_autocast_dtype(x.device.type) if ac else x.dtype
         bf = ac and odt == torch.bfloat16
-        xr, xc, qx = _qdq_input(x, x2, plan["x"], want)
-        wr, wc, qw = _qdq(weight, plan["w"], want)
+        xr, xc, qx = _qdq_input(x, x2, plan["x"], want, layer)
+        wr, wc, qw = _qdq(weight, plan["w"], want, layer)
         if xr is None or xc is None:
             xh = _hp(x2, bf)
             xr = xh if xr is None else xr
@@ -608,9 +721,11 @@ class _MXLinearFastFn(torch.autograd.Function):
             y = y + bias.to(odt)
         if want:
             cap["autocast"] = str(odt).replace("torch.", "") if ac else None
-            cap["fprop"] = {"a": _rec_operand(x2, _qpart(qx, True), True, xr),
-                            "b": _rec_operand(weight, _qpart(qw, True), True, wr),
-                            "out": _np(_mm_out(xr, wr.t())), "spec": layer.recipe.fprop}
+            cap["fprop"] = _rec_gemm(
+                layer, "fprop",
+                _rec_operand(x2, _qpart(qx, True), True, xr, _seed(plan["x"][0], layer)),
+                _rec_operand(weight, _qpart(qw, True), True, wr, _seed(plan["w"][0], layer)),
+                _np(_mm_out(xr, wr.t())), layer.recipe.fprop)
             ctx.cap = (cap, qx, qw, x2.detach(), weight.detach())
         else:
             ctx.cap = None
@@ -630,7 +745,7 @@ class _MXLinearFastFn(torch.autograd.Function):
         xc, wc = ctx.saved_tensors
         dy2 = dy.reshape(-1, dy.shape[-1])
         want = ctx.cap is not None
-        dyr, dyc, qd = _qdq(dy2, ctx.plan["dy"], want)
+        dyr, dyc, qd = _qdq(dy2, ctx.plan["dy"], want, ctx.layer)
         if dyr is None or dyc is None:
             dh = _hp(dy2, ctx.autocast)
             dyr = dh if dyr is None else dyr
@@ -644,13 +759,18 @@ class _MXLinearFastFn(torch.autograd.Function):
             db = dy2.float().sum(0).to(ctx.w_dtype)
         if want:
             cap, qx, qw, x2, w = ctx.cap
-            r = ctx.layer.recipe
-            cap["dgrad"] = {"a": _rec_operand(dy2, _qpart(qd, True), True, dyr),
-                            "b": _rec_operand(w, _qpart(qw, False), False, wc),
-                            "out": _np(_mm_out(dyr, wc)), "spec": r.dgrad}
-            cap["wgrad"] = {"a": _rec_operand(dy2, _qpart(qd, False), False, dyc),
-                            "b": _rec_operand(x2, _qpart(qx, False), False, xc),
-                            "out": _np(_mm_out(dyc.t(), xc)), "spec": r.wgrad}
+            lay, p = ctx.layer, ctx.plan
+            r = lay.recipe
+            cap["dgrad"] = _rec_gemm(
+                lay, "dgrad",
+                _rec_operand(dy2, _qpart(qd, True), True, dyr, _seed(p["dy"][0], lay)),
+                _rec_operand(w, _qpart(qw, False), False, wc, _seed(p["w"][1], lay)),
+                _np(_mm_out(dyr, wc)), r.dgrad)
+            cap["wgrad"] = _rec_gemm(
+                lay, "wgrad",
+                _rec_operand(dy2, _qpart(qd, False), False, dyc, _seed(p["dy"][1], lay)),
+                _rec_operand(x2, _qpart(qx, False), False, xc, _seed(p["x"][1], lay)),
+                _np(_mm_out(dyc.t(), xc)), r.wgrad)
             cap["complete"] = True
             ctx.layer._capture_done = cap
             ctx.layer._capture = None

@@ -1,0 +1,317 @@
+"""Fused fake quantization for training recipes: rotate, round (RNE or stochastic), dequantize.
+
+``mx_qdq_train_kernel`` extends ``triton_fast.mx_qdq_kernel`` (one read of each [BR, BC] tile,
+the dequantized values of the blocks along the rows and / or down the columns) with what the
+MXFP4 training recipes add to a plain MX operand, each orientation on its own:
+
+* a block Hadamard rotation of size n (16 or 32) along the orientation's block axis before
+  quantizing: the butterfly of ``triton_rotate._fwht`` (mxref's stage order) on the sign-flipped
+  fp32 values, then one multiply by fl32(1 / sqrt(n)), bit for bit ``mxref.rotate(...,
+  method='butterfly')``. The signs are none, a bit mask (bit j: position j negated; n <= 32) or
+  ``mxref.sign_vector('random', n, seed, step, tensor_id)``, whose Philox words each program
+  draws for its n positions (no host work, no transfer per step);
+* stochastic rounding with the words of ``mxref.random_bits(operand shape, seed, 0)`` drawn in
+  the kernel: the rows orientation is the operand ``x`` itself (element (r, c) takes word
+  r * C + c), the columns orientation the operand ``x^T`` (element (r, c) of x takes word
+  c * R + r), the streams ``triton_sr.quantize_sr`` uses (see ``triton_fast._qdq_orient``).
+
+The values are what ``dequantize(quantize(rotate(x)))`` gives along each orientation, as bf16
+(exact: MX values of a block amax above ~2^-120) or fp32; ``with_codes=True`` also returns the
+row-major scales and unpacked codes, for in-run validation against mxref.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from mxkernels.triton_common import KernelUnsupported
+from mxkernels.triton_fast import (INTERPRETED, _OUT, _SRC, _check_local_offsets, _load_tile,
+                                   _prep, _qdq_write, _tile_ids, _tiles, launch_cached,
+                                   qdq_constexprs)
+from mxkernels.triton_rotate import _fwht
+from mxkernels.triton_sr import _philox4, _u32
+from mxref.rotate import inv_sqrt_n_bits
+
+__all__ = ["qdq", "ROT_SIZES", "SIGN_MODES", "train_constexprs", "KERNELS", "ARG_TYPES",
+           "aot_specs", "KernelUnsupported"]
+
+ROT_SIZES = (16, 32)
+SIGN_MODES = {"none": 0, "mask": 1, "random": 2}
+
+
+@triton.jit
+def _sign_masks(N: tl.constexpr, MODE: tl.constexpr, lo, hi, step, tid):
+    """int32 [N]: 0 or 0x80000000 per rotation position. MODE 1: bit j of lo; MODE 2: bit 0 of
+    Philox4x32-10 word 0 of counter (j, step, tid, 0) under key (lo, hi), i.e.
+    mxref.sign_vector('random', N, seed=(hi << 32) | lo, step=step, tensor_id=tid)."""
+    j = tl.arange(0, N)
+    if MODE == 1:
+        neg = (lo >> j) & 1
+    else:
+        w = _philox4(j.to(tl.uint32, bitcast=True), _u32(step), _u32(tid), 0, _u32(lo),
+                     _u32(hi))
+        neg = (w & 1).to(tl.int32, bitcast=True)
+    return neg << 31
+
+
+@triton.jit
+def _rotate_axis(b, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, N: tl.constexpr,
+                 LOG2N: tl.constexpr, C_BITS: tl.constexpr, SIGNS: tl.constexpr, lo, hi, step,
+                 tid):
+    """fp32 bits [BR, BC] of the tile b rotated in blocks of N along AXIS (1: along each row;
+    0: down each column), signs per SIGNS (see _sign_masks; 0 none)."""
+    if AXIS == 1:
+        v = tl.reshape(b, (BR * BC // N, N))
+    else:
+        v = tl.reshape(tl.permute(tl.reshape(b, (BR // N, N, BC)), (0, 2, 1)),
+                       (BR // N * BC, N))
+    if SIGNS != 0:
+        v = v ^ _sign_masks(N, SIGNS, lo, hi, step, tid)[None, :]
+    v = _fwht(v.to(tl.float32, bitcast=True), BR * BC // N, N, LOG2N)
+    c = tl.full((1, 1), C_BITS, tl.int32).to(tl.float32, bitcast=True)
+    y = (v * c).to(tl.int32, bitcast=True)
+    if AXIS == 1:
+        y = tl.reshape(y, (BR, BC))
+    else:
+        y = tl.reshape(tl.permute(tl.reshape(y, (BR // N, BC, N)), (0, 2, 1)), (BR, BC))
+    return y
+
+
+@triton.jit
+def _orientation(b, a, rows, cols, n_rows, n_cols, AXIS: tl.constexpr, BR: tl.constexpr,
+                 BC: tl.constexpr, ROT_N: tl.constexpr, LOG2N: tl.constexpr,
+                 C_BITS: tl.constexpr, SIGNS: tl.constexpr, SR: tl.constexpr, sr_lo, sr_hi,
+                 sg_lo, sg_hi, sg_step, sg_tid):
+    """(fp32 bits, magnitudes, SR words or 0) of one orientation of the tile."""
+    if ROT_N > 0:
+        b = _rotate_axis(b, AXIS, BR, BC, ROT_N, LOG2N, C_BITS, SIGNS, sg_lo, sg_hi, sg_step,
+                         sg_tid)
+        a = b & 0x7FFFFFFF
+    if SR:
+        if AXIS == 1:       # the operand x: element (r, c) is word r * C + c
+            idx = rows[:, None] * n_cols + cols[None, :]
+        else:               # the operand x^T: element (r, c) of x is word c * R + r
+            idx = cols[None, :] * n_rows + rows[:, None]
+        rb = _philox4(idx.to(tl.uint32, bitcast=True), 0, 0, 0, _u32(sr_lo), _u32(sr_hi))
+    else:
+        rb = 0
+    return b, a, rb
+
+
+@triton.jit(do_not_specialize=["row_sr_lo", "row_sr_hi", "col_sr_lo", "col_sr_hi",
+                               "row_sg_lo", "row_sg_hi", "row_sg_step", "row_sg_tid",
+                               "col_sg_lo", "col_sg_hi", "col_sg_step", "col_sg_tid"])
+def mx_qdq_train_kernel(
+        x_ptr, row_out_ptr, col_out_ptr, row_scale_ptr, row_code_ptr, col_scale_ptr,
+        col_code_ptr, n_rows, n_cols,
+        row_sr_lo, row_sr_hi, col_sr_lo, col_sr_hi,
+        row_sg_lo, row_sg_hi, row_sg_step, row_sg_tid,
+        col_sg_lo, col_sg_hi, col_sg_step, col_sg_tid,
+        SRC: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr, WRITE_Q: tl.constexpr,
+        OUT_BF16: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+        EL_MBITS: tl.constexpr, EL_EMIN: tl.constexpr, EL_EMAX: tl.constexpr,
+        EL_MAXCODE: tl.constexpr, EL_SIGNBIT: tl.constexpr, FILL: tl.constexpr,
+        EL_MAXSIG: tl.constexpr, EL_EVENTHR: tl.constexpr, EL_MAXF32: tl.constexpr,
+        SCALE_RULE: tl.constexpr, SATURATE: tl.constexpr,
+        ROT_N: tl.constexpr, LOG2N: tl.constexpr, C_BITS: tl.constexpr,
+        ROW_ROT: tl.constexpr, COL_ROT: tl.constexpr, ROW_SIGNS: tl.constexpr,
+        COL_SIGNS: tl.constexpr, ROW_SR: tl.constexpr, COL_SR: tl.constexpr):
+    """mx_qdq_kernel plus, per orientation, a rotation (ROW_ROT / COL_ROT: blocks of ROT_N
+    along the orientation's block axis, signs ROW_SIGNS / COL_SIGNS) and stochastic rounding
+    (ROW_SR / COL_SR, Philox key (sr_lo, sr_hi)). The launcher keeps (n_rows + BR) * n_cols
+    below 2^31 when an orientation rounds stochastically."""
+    r0, c0 = _tile_ids(n_rows, n_cols, BR, BC)
+    rows = r0 + tl.arange(0, BR)
+    cols = c0 + tl.arange(0, BC)
+    b, a = _load_tile(x_ptr, r0, c0, n_rows, n_cols, BR, BC, SRC)
+    m = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+    offs = (rows - r0)[:, None] * n_cols + (cols - c0)[None, :]
+    base = r0.to(tl.int64) * n_cols + c0
+    if ROWS:
+        rn: tl.constexpr = ROT_N if ROW_ROT else 0
+        bo, ao, rb = _orientation(b, a, rows, cols, n_rows, n_cols, 1, BR, BC, rn, LOG2N,
+                                  C_BITS, ROW_SIGNS, ROW_SR, row_sr_lo, row_sr_hi, row_sg_lo,
+                                  row_sg_hi, row_sg_step, row_sg_tid)
+        _qdq_write(ao, bo, row_out_ptr, row_scale_ptr, row_code_ptr, base + offs, m, rows, cols,
+                   r0, c0, n_rows, n_cols, 1, BR, BC, EL_MBITS, EL_EMIN, EL_EMAX, EL_MAXCODE,
+                   EL_SIGNBIT, FILL, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE, SATURATE,
+                   OUT_BF16, WRITE_Q, ROW_SR, rb)
+    if COLS:
+        cn: tl.constexpr = ROT_N if COL_ROT else 0
+        bo, ao, rb = _orientation(b, a, rows, cols, n_rows, n_cols, 0, BR, BC, cn, LOG2N,
+                                  C_BITS, COL_SIGNS, COL_SR, col_sr_lo, col_sr_hi, col_sg_lo,
+                                  col_sg_hi, col_sg_step, col_sg_tid)
+        _qdq_write(ao, bo, col_out_ptr, col_scale_ptr, col_code_ptr, base + offs, m, rows, cols,
+                   r0, c0, n_rows, n_cols, 0, BR, BC, EL_MBITS, EL_EMIN, EL_EMAX, EL_MAXCODE,
+                   EL_SIGNBIT, FILL, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE, SATURATE,
+                   OUT_BF16, WRITE_Q, COL_SR, rb)
+
+
+KERNELS = {"mx_qdq_train": mx_qdq_train_kernel}
+_N_CE = 21          # runtime arguments before the constexprs
+_INTS = ("row_sr_lo", "row_sr_hi", "col_sr_lo", "col_sr_hi", "row_sg_lo", "row_sg_hi",
+         "row_sg_step", "row_sg_tid", "col_sg_lo", "col_sg_hi", "col_sg_step", "col_sg_tid")
+ARG_TYPES = {"mx_qdq_train": {
+    "x_ptr": "SRC", "row_out_ptr": "OUT", "col_out_ptr": "OUT", "row_scale_ptr": "*u8",
+    "row_code_ptr": "*u8", "col_scale_ptr": "*u8", "col_code_ptr": "*u8", "n_rows": "i32",
+    "n_cols": "i32", **{k: "i32" for k in _INTS}}}
+
+
+def aot_specs():
+    """[(id, jitfn, signature, constexprs)]: rotation 16 / 32 with each sign mode, SR on one
+    or both orientations, fp32 and bf16 sources and outputs, with and without codes."""
+    out = []
+    for fmt, src, odt, wq, rn, rs, cs, rsr, csr in (
+            ("mxfp4", "bfloat16", "bfloat16", False, 16, 0, 0, False, False),
+            ("mxfp4", "float32", "bfloat16", True, 16, 1, 2, False, True),
+            ("mxfp8_e4m3", "bfloat16", "float32", False, 32, 2, 2, True, True),
+            ("mxfp4", "bfloat16", "bfloat16", True, 0, 0, 0, True, True)):
+        ce = train_constexprs(fmt, "ocp", src, rows=True, cols=True, with_codes=wq,
+                              out_dtype=odt, br=32, bc=128, rot_n=rn, row_rot=rn > 0,
+                              col_rot=rn > 0, row_signs=rs, col_signs=cs, row_sr=rsr,
+                              col_sr=csr)
+        sig = {k: {"SRC": "*i32" if src == "float32" else "*i16",
+                   "OUT": "*bf16" if odt == "bfloat16" else "*fp32"}.get(v, v)
+               for k, v in ARG_TYPES["mx_qdq_train"].items()}
+        sig.update({k: "constexpr" for k in ce})
+        names = mx_qdq_train_kernel.arg_names
+        if set(names) != set(sig):
+            raise KeyError(f"mx_qdq_train: arguments {sorted(set(names) ^ set(sig))} are not "
+                           "described by ARG_TYPES / the constexprs")
+        out.append((f"mx_qdq_train-{fmt}-{src}-h{rn}-s{rs}{cs}-sr{int(rsr)}{int(csr)}"
+                    f"{'-codes' if wq else ''}", mx_qdq_train_kernel,
+                    {k: sig[k] for k in names}, ce))
+    return out
+
+
+def _i32(v: int) -> int:
+    v = int(v) & 0xFFFFFFFF
+    return v - (1 << 32) if v >= (1 << 31) else v
+
+
+def _sign_args(signs, n: int):
+    """(mode, lo, hi, step, tid) of a sign spec: None / 'none'; ('mask', bits) with bit j the
+    sign of position j; ('random', seed, step, tensor_id)."""
+    if signs is None or signs == "none":
+        return 0, 0, 0, 0, 0
+    kind = signs[0] if isinstance(signs, tuple) and signs else None
+    if kind == "mask" and len(signs) == 2 and isinstance(signs[1], int) and n <= 32 \
+            and 0 <= signs[1] < 2**n:
+        return 1, _i32(signs[1]), 0, 0, 0
+    if kind == "random" and len(signs) == 4 and all(isinstance(v, int) for v in signs[1:]):
+        seed = signs[1] % 2**64
+        return 2, _i32(seed), _i32(seed >> 32), _i32(signs[2]), _i32(signs[3])
+    raise KernelUnsupported(f"signs={signs!r}: use None, ('mask', bits < 2^n) with n <= 32, or "
+                            "('random', seed, step, tensor_id)")
+
+
+def _seed_args(seed):
+    if seed is None:
+        return 0, 0
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise KernelUnsupported(f"SR seed must be an int or None, got {seed!r}")
+    s = seed % 2**64
+    return _i32(s), _i32(s >> 32)
+
+
+def train_constexprs(fmt, profile, src, *, rows, cols, with_codes, out_dtype, br, bc, rot_n,
+                     row_rot, col_rot, row_signs, col_signs, row_sr, col_sr) -> dict:
+    """Every constexpr of mx_qdq_train_kernel."""
+    ce = dict(qdq_constexprs(fmt, profile, src, rows=rows, cols=cols, with_codes=with_codes,
+                             out_dtype=out_dtype, block_rows=br, block_cols=bc))
+    ce.update(ROT_N=rot_n, LOG2N=rot_n.bit_length() - 1 if rot_n else 0,
+              C_BITS=inv_sqrt_n_bits(rot_n) if rot_n else 0, ROW_ROT=bool(row_rot),
+              COL_ROT=bool(col_rot), ROW_SIGNS=row_signs, COL_SIGNS=col_signs,
+              ROW_SR=bool(row_sr), COL_SR=bool(col_sr))
+    return ce
+
+
+_CE: dict = {}
+
+
+def _ce(key):
+    hit = _CE.get(key)
+    if hit is None:
+        dtype, fmt, profile, rows, cols, wq, odt, br, bc, rn, rr, cr, rs, cs, rsr, csr = key
+        src = {0: "float32", 1: "bfloat16", 2: "float16"}[_SRC[dtype]]
+        ce = train_constexprs(fmt, profile, src, rows=rows, cols=cols, with_codes=wq,
+                              out_dtype=_OUT[odt], br=br, bc=bc, rot_n=rn, row_rot=rr,
+                              col_rot=cr, row_signs=rs, col_signs=cs, row_sr=rsr, col_sr=csr)
+        names = mx_qdq_train_kernel.arg_names
+        if set(names[_N_CE:]) != set(ce):
+            raise KeyError(f"mx_qdq_train_kernel's constexprs {names[_N_CE:]} are not "
+                           f"train_constexprs' {sorted(ce)}")
+        hit = _CE[key] = (ce, tuple(ce[n] for n in names[_N_CE:]))
+    return hit
+
+
+def qdq(x: torch.Tensor, fmt: str, profile="ocp", *, rows: bool = True, cols: bool = False,
+        out_dtype: torch.dtype = torch.bfloat16, with_codes: bool = False, rot_n: int = 0,
+        row_signs=None, col_signs=None, row_sr: int | None = None, col_sr: int | None = None,
+        row_rot: bool | None = None, col_rot: bool | None = None):
+    """Fake quantization of a 2-D tensor x [R, C] from one read: ``(row_values, col_values,
+    q)`` as ``triton_fast.quantize_dequantize``, with per orientation an optional rotation and
+    stochastic rounding.
+
+    rot_n: 0 (no rotation) or the Hadamard size (16, 32); row_rot / col_rot (default: rot_n
+    > 0) pick the orientations it applies to, along C for the rows and along R for the
+    columns, each a multiple of rot_n. row_signs / col_signs: None, ('mask', bits) or
+    ('random', seed, step, tensor_id) (see :func:`_sign_args`). row_sr / col_sr: None (RNE) or
+    the seed of the orientation's mxref.random_bits stream (rows: the operand x, columns: x^T).
+    The values equal ``dequantize(quantize(rotate(x, n, signs), fmt, profile, axis=-1,
+    rand_bits=...))`` per orientation (x^T for the columns, transposed back); ``q`` as in
+    quantize_dequantize, the codes and scales of the rotated operand."""
+    if isinstance(x, torch.Tensor) and x.dtype in _SRC and x.ndim == 2 and x.is_contiguous() \
+            and x.shape[0] < 2**31 - 2**16 and x.shape[1] < 2**31 - 2**16:
+        bits = x.view(torch.int32 if x.dtype == torch.float32 else torch.int16)
+    else:
+        x, bits = _prep(x)
+    if out_dtype not in _OUT:
+        raise KernelUnsupported(f"out_dtype {out_dtype}: qdq writes bfloat16 or float32")
+    if not (rows or cols):
+        raise KernelUnsupported("qdq: ask for rows, cols or both")
+    if rot_n not in (0,) + ROT_SIZES:
+        raise KernelUnsupported(f"rot_n={rot_n!r}: 0 or one of {ROT_SIZES}")
+    row_rot = bool(rot_n) if row_rot is None else bool(row_rot) and bool(rot_n)
+    col_rot = bool(rot_n) if col_rot is None else bool(col_rot) and bool(rot_n)
+    R, C = x.shape
+    if rows and row_rot and C % rot_n:
+        raise KernelUnsupported(f"rows rotated in blocks of {rot_n}: {C} columns is not a "
+                                "multiple")
+    if cols and col_rot and R % rot_n:
+        raise KernelUnsupported(f"columns rotated in blocks of {rot_n}: {R} rows is not a "
+                                "multiple")
+    rs = _sign_args(row_signs if rows and row_rot else None, rot_n)
+    cs = _sign_args(col_signs if cols and col_rot else None, rot_n)
+    rsr = _seed_args(row_sr if rows else None)
+    csr = _seed_args(col_sr if cols else None)
+    br, bc = _tiles(R, C, None, None, None, True)
+    if rot_n:
+        br, bc = max(br, rot_n), max(bc, rot_n)
+    _check_local_offsets(br, C)
+    if ((rows and row_sr is not None) or (cols and col_sr is not None)) and \
+            (R + br) * max(C, 1) >= 2**31:
+        raise KernelUnsupported(f"stochastic rounding of {R} x {C}: the word index is int32 "
+                                "(R * C < 2^31)")
+    ce = _ce((x.dtype, fmt, profile, bool(rows), bool(cols), bool(with_codes), out_dtype, br, bc,
+              rot_n, row_rot, col_rot, rs[0], cs[0], row_sr is not None and rows,
+              col_sr is not None and cols))
+    dev = x.device
+    rv = torch.empty((R, C), dtype=out_dtype, device=dev) if rows else None
+    cv = torch.empty((R, C), dtype=out_dtype, device=dev) if cols else None
+    dummy = rv if rv is not None else cv
+    q = None
+    ptrs = (dummy,) * 4
+    if with_codes:
+        q = (torch.empty((R, -(-C // 32)), dtype=torch.uint8, device=dev) if rows else None,
+             torch.empty((R, C), dtype=torch.uint8, device=dev) if rows else None,
+             torch.empty((-(-R // 32), C), dtype=torch.uint8, device=dev) if cols else None,
+             torch.empty((R, C), dtype=torch.uint8, device=dev) if cols else None)
+        ptrs = tuple(t if t is not None else dummy for t in q)
+    if R and C:
+        nw = None if INTERPRETED else 4
+        launch_cached(mx_qdq_train_kernel, triton.cdiv(R, br) * triton.cdiv(C, bc), ce, nw,
+                      (bits, rv if rv is not None else dummy, cv if cv is not None else dummy,
+                       *ptrs, R, C, *rsr, *csr, *rs[1:], *cs[1:]), 7, enable_fp_fusion=False)
+    return rv, cv, q

@@ -1,0 +1,135 @@
+"""GPU check of the fused training fake quantization (triton_train.qdq: rotation and / or SR
+per orientation): bit-exactness against mxref on full edge-case tensors, in-run validation
+captures of the recipes that use it, and do_bench medians against the plain qdq launch and a
+device copy measured in the same run.
+
+    python scripts/gpu_fused_check.py OUT_DIR        (writes OUT_DIR/fused_check.json)
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+import triton.testing
+from gpu_qdq_check import edge_tensor
+
+import mxref
+from mxkernels import triton_fast as tf
+from mxkernels import triton_train as tt
+from mxref.quantize import random_bits
+from mxref.rotate import sign_vector
+
+CASES = {"h16": (16, None, None), "h16-te16": (16, ("mask", 0xA5F0), None),
+         "rht16": (16, ("random", 7, 3, 9), None), "h32-random": (32, ("random", 1, 2, 3), None),
+         "sr": (0, None, 12345), "rht16+sr": (16, ("random", 7, 3, 9), 2**40 + 1)}
+
+
+def _ref(x, fmt, n, signs, seed):
+    if n:
+        s = "none" if signs is None else (
+            np.array([-1 if (signs[1] >> j) & 1 else 1 for j in range(n)], dtype=np.int8)
+            if signs[0] == "mask" else sign_vector("random", n, seed=signs[1], step=signs[2],
+                                                   tensor_id=signs[3]))
+        x = mxref.rotate(x, n, axis=-1, signs=s)
+    p = mxref.get_profile("ocp")
+    rb = None
+    if seed is not None:
+        p = p.replace(name="ocp+sr", rounding="stochastic")
+        rb = random_bits(x.shape, seed, 0)
+    return mxref.quantize(x, fmt, p, axis=-1, rbits=rb)
+
+
+def check(rng) -> dict:
+    x = edge_tensor(rng, R=1024, C=768)
+    res = {}
+    for fmt in ("mxfp4", "mxfp8_e4m3"):
+        for name, (n, signs, seed) in CASES.items():
+            for rep in range(2):        # rep 1: the cached launcher
+                rv, cv, q = tt.qdq(torch.from_numpy(x).cuda(), fmt, rows=True, cols=True,
+                                   out_dtype=torch.float32, with_codes=True, rot_n=n,
+                                   row_signs=signs, col_signs=signs, row_sr=seed,
+                                   col_sr=None if seed is None else seed + 1)
+                bad = 0
+                for xx, v, sc, cd, sd in ((x, rv, q[0], q[1], seed),
+                                          (np.ascontiguousarray(x.T), cv.T, q[2].T, q[3].T,
+                                           None if seed is None else seed + 1)):
+                    mx = _ref(xx, fmt, n, signs, sd)
+                    e = torch.from_numpy(mx.dequantize().astype(np.float32))
+                    g = v.float().cpu().contiguous()
+                    bad += int((~((g.view(torch.int32) == e.view(torch.int32)) |
+                                  (g.isnan() & e.isnan()))).sum())
+                    bad += int((sc.cpu().numpy() != mx.scales).sum())
+                    bad += int((cd.cpu().numpy() != mx.codes).sum())
+                res[f"{fmt}/{name}/{'cached' if rep else 'jit'}"] = bad
+    return res
+
+
+def capture() -> list:
+    from mxkernels.training.mxlinear import MXLinear
+    from mxkernels.training.validate import capture_next, check_capture
+    out = []
+    for recipe in ("mxfp4-fdw-h16", "mxfp4-fdw-rht", "mxfp4-fdw-sr"):
+        torch.manual_seed(0)
+        lin = MXLinear(768, 2048, bias=False, recipe=recipe, backend="triton", device="cuda")
+        lin.layer_id, lin.step = 3, 11
+        x = torch.randn(4096, 768, device="cuda", requires_grad=True)
+        capture_next(lin)
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            y = lin(x)
+        y.float().pow(2).mean().backward()
+        out += [{"recipe": recipe, **r.to_dict()} for r in check_capture(lin)]
+    return out
+
+
+def bench() -> list:
+    rows = []
+    for R, C in ((16384, 768), (16384, 3072), (8192, 8192)):
+        x = torch.randn(R, C, device="cuda", dtype=torch.bfloat16)
+        copy = triton.testing.do_bench(lambda x=x: x.clone(), warmup=25, rep=200,
+                                       return_mode="median")
+        copy_bw = 2 * x.numel() * x.element_size() / (copy * 1e-3)
+        arms = {"plain qdq (triton_fast)": lambda x=x: tf.quantize_dequantize(
+                    x, "mxfp4", rows=True, cols=True),
+                "fused, no rotation/SR": lambda x=x: tt.qdq(x, "mxfp4", rows=True, cols=True),
+                "fused H16": lambda x=x: tt.qdq(x, "mxfp4", rows=True, cols=True, rot_n=16),
+                "fused RHT16": lambda x=x: tt.qdq(x, "mxfp4", rows=True, cols=True, rot_n=16,
+                                                  row_signs=("random", 1, 2, 3),
+                                                  col_signs=("random", 1, 2, 4)),
+                "fused H32": lambda x=x: tt.qdq(x, "mxfp4", rows=True, cols=True, rot_n=32),
+                "fused SR": lambda x=x: tt.qdq(x, "mxfp4", rows=True, cols=True, row_sr=1,
+                                               col_sr=2)}
+        for label, f in arms.items():
+            f()
+            ms = triton.testing.do_bench(f, warmup=25, rep=200, return_mode="median")
+            moved = x.numel() * (x.element_size() + 4)
+            rows.append({"shape": [R, C], "arm": label, "median_us": ms * 1e3,
+                         "copy_us": copy * 1e3, "frac_of_copy_bw": moved / (ms * 1e-3) / copy_bw})
+            print(rows[-1], flush=True)
+    return rows
+
+
+def main():
+    out = Path(sys.argv[1])
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    doc = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
+    doc["bitexact_mismatches"] = check(np.random.default_rng(0))
+    print("mismatches", doc["bitexact_mismatches"], flush=True)
+    doc["capture"] = capture()
+    print("capture", [(r["recipe"], r["gemm"], r["operand"], r["ok"]) for r in doc["capture"]],
+          flush=True)
+    doc["bench"] = bench()
+    doc["seconds"] = time.time() - t0
+    (out / "fused_check.json").write_text(json.dumps(doc, indent=1) + "\n")
+    ok = all(v == 0 for v in doc["bitexact_mismatches"].values()) and \
+        all(r["ok"] for r in doc["capture"])
+    print("ok", ok)
+    sys.exit(0 if ok else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""triton_train.qdq (rotate + RNE/SR quantize + dequantize, both orientations from one read)
+against mxref: mxref.rotate, mxref.quantize with mxref.random_bits words, MXTensor.dequantize.
+Runs through the Triton interpreter on CPU; the data covers what random draws miss (NaN and Inf
+blocks, -0, fp32 subnormals, all-zero and tiny blocks, RNE ties and tie +- 1 ulp, amax at
+2^k - 1 ulp, values that overflow the rotation)."""
+import os
+
+import numpy as np
+import pytest
+import torch
+
+import mxref
+from mxref.quantize import random_bits
+from mxref.rotate import sign_vector
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+_DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+
+
+@pytest.fixture(scope="module", params=_DEVICES)
+def dev(request):
+    return torch.device(request.param)
+
+
+@pytest.fixture(scope="module")
+def tt(dev):
+    """The module compiled for the GPU (when there is one) or interpreted for the CPU; the
+    tests move their inputs to ``dev`` through :func:`_on`."""
+    from mxkernels.ops import kernels
+    return kernels(dev).modules["triton_train"]
+
+
+def _cpu(t):
+    return None if t is None else t.cpu()
+
+
+def _edge_rows(C: int, rng) -> np.ndarray:
+    """16 rows of hand-made cases, each C wide (fp32)."""
+    rows = []
+    base = rng.standard_normal((16, C)).astype(np.float32)
+    base[0, 3] = np.nan                                   # NaN block
+    base[1, 40] = np.inf                                  # Inf block
+    base[2, :] = 0.0
+    base[2, 5] = -0.0                                     # all-zero block with -0
+    base[3, :] = np.float32(2.0 ** -140) * np.sign(base[3, :])   # fp32 subnormals
+    base[4, :] = base[4, :] * np.float32(2.0 ** -120)     # tiny block: scale byte near 0
+    base[5, :32] = 6.0                                    # amax on the top code
+    base[5, 1::2] = np.float32(5.0)                       # FP4 tie (5 between 4 and 6)
+    t = np.float32(5.0)
+    base[6, :] = np.array([np.nextafter(t, np.float32(0)), t, np.nextafter(t, np.float32(9))]
+                          * (C // 3 + 1), dtype=np.float32)[:C]   # tie +- 1 ulp
+    base[7, :] = np.float32(np.nextafter(np.float32(8.0), np.float32(0)))  # amax 2^k - 1 ulp
+    base[7, ::5] *= -1
+    base[8, :] = np.float32(3.0e38)                       # the rotation overflows to Inf
+    base[9, :] = -base[9, :]
+    base[10, :] *= np.float32(1e30)
+    base[11, ::3] = -0.0
+    return base
+
+
+def _ref(x: np.ndarray, fmt: str, n: int, signs, seed):
+    """mxref: rotate along the last axis (when n), quantize along it (SR with the words of
+    random_bits(shape, seed) when seed is set); (scales, codes, fp32 values)."""
+    if n:
+        x = mxref.rotate(x, n, axis=-1, signs=signs)
+    prof = mxref.get_profile("ocp")
+    rb = None
+    if seed is not None:
+        prof = prof.replace(name="ocp+sr", rounding="stochastic")
+        rb = random_bits(x.shape, seed, 0)
+    q = mxref.quantize(x, fmt, prof, axis=-1, rbits=rb)
+    return q.scales, q.codes, q.dequantize().astype(np.float32)
+
+
+def _host_signs(spec, n):
+    if spec is None:
+        return "none"
+    if spec[0] == "mask":
+        return np.array([-1 if (spec[1] >> j) & 1 else 1 for j in range(n)], dtype=np.int8)
+    return sign_vector("random", n, seed=spec[1], step=spec[2], tensor_id=spec[3])
+
+
+def _same_values(got: torch.Tensor, want: np.ndarray) -> bool:
+    """Bit equality of bf16 / fp32 values with every NaN counted equal."""
+    w = torch.from_numpy(want)
+    if got.dtype == torch.bfloat16:
+        w = w.to(torch.bfloat16)
+    g = got.float().numpy()
+    wn = w.float().numpy()
+    nan = np.isnan(g)
+    if not np.array_equal(nan, np.isnan(wn)):
+        return False
+    return np.array_equal(got[~torch.from_numpy(nan)].view(torch.int16 if got.dtype ==
+                                                            torch.bfloat16 else torch.int32),
+                          w[~torch.from_numpy(nan)].view(torch.int16 if w.dtype ==
+                                                         torch.bfloat16 else torch.int32))
+
+
+CASES = [
+    (0, None, None), (0, None, 77), (16, None, None), (16, ("mask", 0b1011000011110101), None),
+    (16, ("random", 12345, 7, 9), 2**40 + 3), (32, ("random", 2**63 + 5, 2**32 - 1, 3), None),
+    (32, ("mask", 0x80000001), 11)]
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "mxfp8_e4m3", "mxfp8_e5m2", "mxfp6_e2m3"])
+@pytest.mark.parametrize("n,signs,seed", CASES)
+@pytest.mark.parametrize("src", [torch.float32, torch.bfloat16])
+def test_qdq_matches_mxref_both_orientations(tt, dev, fmt, n, signs, seed, src):
+    rng = np.random.default_rng(hash((fmt, n, seed)) % 2**32)
+    C = 96
+    top = _edge_rows(C, rng)
+    x = np.concatenate([top, (rng.standard_normal((48, C)) *
+                              rng.choice([1e-3, 1.0, 50.0], (48, 1))).astype(np.float32)])
+    xt = torch.from_numpy(x).to(src)
+    xf = xt.float().numpy()
+    col_seed = None if seed is None else seed + 1
+    rv, cv, q = tt.qdq(xt.to(dev), fmt, "ocp", rows=True, cols=True, with_codes=True,
+                       rot_n=n, row_signs=signs, col_signs=signs, row_sr=seed, col_sr=col_seed,
+                       out_dtype=torch.float32 if src == torch.float32 else torch.bfloat16)
+    rv, cv, q = _cpu(rv), _cpu(cv), [_cpu(t) for t in q]
+    s = _host_signs(signs, n)
+    rs, rc, rvals = _ref(xf, fmt, n, s, seed)
+    cs, cc, cvals = _ref(np.ascontiguousarray(xf.T), fmt, n, s, col_seed)
+    assert np.array_equal(q[0].numpy(), rs) and np.array_equal(q[1].numpy(), rc)
+    assert np.array_equal(q[2].numpy().T, cs) and np.array_equal(q[3].numpy().T, cc)
+    assert _same_values(rv, rvals) and _same_values(cv, np.ascontiguousarray(cvals.T))
+
+
+def test_each_orientation_can_rotate_alone_and_round_alone(tt, dev):
+    """row_rot / col_rot and per-orientation SR: rows rotated (RNE), columns SR (unrotated)."""
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((64, 64)).astype(np.float32)
+    _, _, q = tt.qdq(torch.from_numpy(x).to(dev), "mxfp4", rows=True, cols=True,
+                     with_codes=True, rot_n=16, row_rot=True, col_rot=False, col_sr=3,
+                     out_dtype=torch.float32)
+    q = [_cpu(t) for t in q]
+    rs, rc, _ = _ref(x, "mxfp4", 16, "none", None)
+    cs, cc, _ = _ref(np.ascontiguousarray(x.T), "mxfp4", 0, None, 3)
+    assert np.array_equal(q[1].numpy(), rc) and np.array_equal(q[0].numpy(), rs)
+    assert np.array_equal(q[3].numpy().T, cc) and np.array_equal(q[2].numpy().T, cs)
+
+
+def test_sr_words_are_the_operand_streams_not_a_copy_of_each_other(tt, dev):
+    """Planted-bug guard: the column orientation's words are those of x^T (word c * R + r);
+    indexing them like the rows (r * C + c) must change the codes, so the test above can
+    tell the two apart."""
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((64, 96)).astype(np.float32)
+    _, _, q = tt.qdq(torch.from_numpy(x).to(dev), "mxfp4", rows=False, cols=True,
+                     with_codes=True, col_sr=9)
+    q = [_cpu(t) for t in q]
+    _, right, _ = _ref(np.ascontiguousarray(x.T), "mxfp4", 0, None, 9)
+    assert np.array_equal(q[3].numpy().T, right)
+    prof = mxref.get_profile("ocp").replace(name="sr", rounding="stochastic")
+    # the rows' stream read down the columns
+    mis = mxref.quantize(np.ascontiguousarray(x.T), "mxfp4", prof, axis=-1,
+                         rbits=np.ascontiguousarray(random_bits(x.shape, 9, 0).T)).codes
+    assert not np.array_equal(mis, right)
+
+
+@pytest.mark.parametrize("kw,says", [
+    ({"rot_n": 64}, "rot_n=64"),
+    ({"rot_n": 16, "rows": True}, "not a multiple"),
+    ({"rot_n": 16, "rows": False, "cols": True}, "not a multiple"),
+    ({"rot_n": 16, "row_signs": ("mask", 1 << 20)}, "signs="),
+    ({"rot_n": 16, "row_signs": ("other", 1)}, "signs="),
+    ({"row_sr": 1.5}, "SR seed"),
+    ({"rows": False, "cols": False}, "rows, cols or both"),
+    ({"out_dtype": torch.float16}, "out_dtype")])
+def test_bad_arguments_are_typed_errors(tt, kw, says):
+    x = torch.zeros(40, 40) if "rot_n" in kw and kw.get("rot_n") == 16 and \
+        "row_signs" not in kw else torch.zeros(64, 64)
+    with pytest.raises(tt.KernelUnsupported, match=says):
+        tt.qdq(x, "mxfp4", **kw)
+
+
+def test_unsupported_profile_is_a_typed_error(tt):
+    with pytest.raises(tt.KernelUnsupported, match="not implemented by the fast kernels"):
+        tt.qdq(torch.zeros(64, 64), "mxfp4", "dsv4")
+
+
+def test_empty_tensor_gives_empty_outputs(tt):
+    rv, cv, q = tt.qdq(torch.zeros(0, 64), "mxfp4", rows=True, cols=True, with_codes=True,
+                       rot_n=16)
+    assert rv.shape == (0, 64) and cv.shape == (0, 64) and q[1].shape == (0, 64)
