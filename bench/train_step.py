@@ -81,6 +81,13 @@ def main(argv=None) -> dict:
                          "'freeze' (automatic collection on, every object alive after warm-up "
                          "moved out of its reach by gc.freeze(): a full collection then scans "
                          "only what the steps allocate).")
+    ap.add_argument("--cuda-graph", action="store_true",
+                    help="Capture each recipe's whole step (forward, backward, clipping, a "
+                         "capturable AdamW) in one CUDA graph after warm-up and time its "
+                         "replays: the GPU's part without the host's enqueue. Per-step kernel "
+                         "arguments (SR seeds, random Hadamard signs) keep the values of the "
+                         "captured step, which changes no timing; the quantization share is "
+                         "not measured.")
     ap.add_argument("--generic", default="",
                     help="Comma-separated recipes to also time on the generic MXLinear path "
                          "(the fast path switched off), as arms named RECIPE:generic.")
@@ -117,15 +124,61 @@ def main(argv=None) -> dict:
         if recipe.quantized:
             from mxkernels.training.mxlinear import swap_linears
             swapped = swap_linears(model, recipe, backend=a.backend)
-        arms[name] = {"model": model, "opt": make_optimizer(model, cfg), "swapped": len(swapped),
+        arms[name] = {"model": model, "opt": make_optimizer(model, cfg,
+                                                            capturable=a.cuda_graph),
+                      "swapped": len(swapped), "graph": None,
                       "times": [], "host": [], "host_parts": [], "gc": [], "alloc": [], "quant": [], "peak": [], "error": None,
                       "fast": not name.endswith(":generic")}
     counts = param_counts(next(iter(arms.values()))["model"])
+
+    def body(arm, tokens):
+        """forward, backward, clipping, optimizer (what a CUDA graph captures)."""
+        model, opt = arm["model"], arm["opt"]
+        with autocast():
+            _, loss, _ = lm_loss(model, tokens)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+
+    def capture(arm, tokens):
+        """Record arm's step in a CUDA graph reading the static token buffer (after warm-up
+        steps on a side stream, as torch.cuda.graphs asks)."""
+        static = tokens.clone()
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            for _ in range(2):
+                arm["opt"].zero_grad(set_to_none=True)
+                body(arm, static)
+        torch.cuda.current_stream(device).wait_stream(side)
+        arm["opt"].zero_grad(set_to_none=True)
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            body(arm, static)
+        arm["graph"] = (g, static)
+
+    def replay(arm, tokens):
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)
+            resident = torch.cuda.memory_allocated(device)
+        _sync(device)
+        _GC_STEP.clear()
+        t0 = time.perf_counter()
+        g, static = arm["graph"]
+        static.copy_(tokens)
+        g.replay()
+        t_end = time.perf_counter()
+        _sync(device)
+        dt = time.perf_counter() - t0
+        peak = torch.cuda.max_memory_allocated(device) - resident
+        return dt, 0.0, peak, (t_end - t0, 0.0, 0.0, 0.0), None
 
     def step(arm, tokens, timed=True):
         """One step; timed=True: wall time, no quantization timer (its CUDA events and
         context managers are host work of their own); timed=False: the quantization time
         (CUDA events around every quantization op) of an untimed step."""
+        if arm["graph"] is not None:
+            return replay(arm, tokens)
         model, opt = arm["model"], arm["opt"]
         mxl.FAST_PATH[0] = arm["fast"]
         timer = QuantTimer()
@@ -164,6 +217,8 @@ def main(argv=None) -> dict:
         try:
             for i in range(a.warmup):
                 step(arm, batch(i))
+            if a.cuda_graph:
+                capture(arm, batch(0))
         except Exception as e:  # noqa: BLE001 - report the broken recipe, time the others
             arm["error"] = f"{type(e).__name__}: {e}"
             print(f"[train_step] {name}: {arm['error']}", file=sys.stderr)
@@ -202,7 +257,7 @@ def main(argv=None) -> dict:
 
     for name in live:       # quantization share: separate, untimed steps with the timer on
         arm = arms[name]
-        for r in range(2 if arm["times"] and not arm["error"] else 0):
+        for r in range(2 if arm["times"] and not arm["error"] and not a.cuda_graph else 0):
             dt, q, _, _, _ = step(arm, batch(a.warmup + a.steps + r), timed=False)
             arm["quant"].append(q / dt)
     tok = a.seq_len * a.batch_size
@@ -236,20 +291,22 @@ def main(argv=None) -> dict:
     doc = {"schema": "mxref-bench-train-step/1", "model": a.model, "params": counts,
            "seq_len": a.seq_len, "batch_size": a.batch_size, "tokens_per_step": tok,
            "precision": a.precision, "backend": a.backend, "rounds": a.steps, "gc": a.gc,
+           "cuda_graph": a.cuda_graph,
            "warmup": a.warmup, "device": env, "cpu_ru_maxrss_bytes":
            resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
            "python_threads": [t.name for t in threading.enumerate()],
            "when": time.strftime("%Y-%m-%dT%H:%M:%S"), "host": platform.node(), "results": rows}
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
-    stem = out / f"train_step_{_slug(device)}"
+    stem = out / f"train_step_{_slug(device)}{'_graph' if a.cuda_graph else ''}"
     stem.with_suffix(".json").write_text(json.dumps(doc, indent=2) + "\n")
     md = [f"# Training step: {a.model} ({counts['non_embedding']:,} non-embedding params), "
           f"seq {a.seq_len} x batch {a.batch_size}, {a.precision}, on "
           f"{env.get('gpu', env['device'])}",
           "", f"torch {env['torch']}, triton {env.get('triton')}, transformers "
           f"{env['transformers']}, commit {env['git_commit']}; medians of {a.steps} alternating "
-          f"rounds after warm-up; Python GC {a.gc}.", "",
+          f"rounds after warm-up; Python GC {a.gc}"
+          f"{'; each step one CUDA graph replay (host enqueue = copy + replay)' if a.cuda_graph else ''}.", "",
           "| recipe | step (ms) | host enqueue (ms) | min step (ms) | tokens/s | step time / bf16 "
           "| quant share | step peak mem (GiB) | mem / bf16 | warm-up (s) | note |",
           "|---|---|---|---|---|---|---|---|---|---|---|"]

@@ -297,14 +297,15 @@ def pick_device(spec: str) -> torch.device:
     return dev
 
 
-def make_optimizer(model, cfg: TrainConfig):
-    """AdamW; no weight decay on 1-D parameters (norms, biases)."""
+def make_optimizer(model, cfg: TrainConfig, *, capturable: bool = False):
+    """AdamW; no weight decay on 1-D parameters (norms, biases). capturable: its state on the
+    device, so that a CUDA graph can hold the step."""
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     groups = [{"params": decay, "weight_decay": cfg.weight_decay},
               {"params": no_decay, "weight_decay": 0.0}]
     return torch.optim.AdamW(groups, lr=cfg.resolved_lr(), betas=(cfg.beta1, cfg.beta2),
-                             eps=1e-8, foreach=False)
+                             eps=1e-8, foreach=False, capturable=capturable)
 
 
 def lm_loss(model, tokens: torch.Tensor):
