@@ -56,6 +56,31 @@ def _sign_masks(N: tl.constexpr, MODE: tl.constexpr, lo, hi, step, tid):
 
 
 @triton.jit
+def _mix64(z, p):
+    """One splitmix64 absorption of mxkernels.training.quant.mix_seed (uint64 z, p)."""
+    z = z + p + 0x9E3779B97F4A7C15
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EB
+    return z ^ (z >> 31)
+
+
+@triton.jit
+def _sr_key(lo, hi, gemm, side, step, STEP_DEV: tl.constexpr):
+    """The Philox key (lo, hi) of an SR stream: (lo, hi) itself, or with STEP_DEV the
+    mix_seed(recipe seed, layer, step, gemm, side) whose state after (recipe seed, layer) is
+    (hi << 32) | lo, finished here with the device step."""
+    if STEP_DEV:
+        z = (hi.to(tl.uint32, bitcast=True).to(tl.uint64) << 32) | \
+            lo.to(tl.uint32, bitcast=True).to(tl.uint64)
+        z = _mix64(z, step.to(tl.uint64, bitcast=True))
+        z = _mix64(z, gemm.to(tl.uint64))
+        z = _mix64(z, side.to(tl.uint64))
+        z = z & 0x7FFFFFFFFFFFFFFF
+        return z.to(tl.uint32), (z >> 32).to(tl.uint32)
+    return _u32(lo), _u32(hi)
+
+
+@triton.jit
 def _rotate_axis(b, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, N: tl.constexpr,
                  LOG2N: tl.constexpr, C_BITS: tl.constexpr, SIGNS: tl.constexpr, lo, hi, step,
                  tid):
@@ -82,30 +107,36 @@ def _rotate_axis(b, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, N: t
 def _orientation(b, a, rows, cols, n_rows, n_cols, AXIS: tl.constexpr, BR: tl.constexpr,
                  BC: tl.constexpr, ROT_N: tl.constexpr, LOG2N: tl.constexpr,
                  C_BITS: tl.constexpr, SIGNS: tl.constexpr, SR: tl.constexpr, sr_lo, sr_hi,
-                 sg_lo, sg_hi, sg_step, sg_tid):
-    """(fp32 bits, magnitudes, SR words or 0) of one orientation of the tile."""
+                 sr_gs, sg_lo, sg_hi, sg_step, sg_tid, step, STEP_DEV: tl.constexpr):
+    """(fp32 bits, magnitudes, SR words or 0) of one orientation of the tile. STEP_DEV: the
+    sign stream's step is the device step, and the SR key is finished with it (_sr_key;
+    sr_gs = 2 * gemm + side)."""
     if ROT_N > 0:
+        if STEP_DEV:
+            sg_step = step.to(tl.int32)        # the low 32 bits: step mod 2^32
         b = _rotate_axis(b, AXIS, BR, BC, ROT_N, LOG2N, C_BITS, SIGNS, sg_lo, sg_hi, sg_step,
                          sg_tid)
         a = b & 0x7FFFFFFF
     if SR:
+        k0, k1 = _sr_key(sr_lo, sr_hi, sr_gs >> 1, sr_gs & 1, step, STEP_DEV)
         if AXIS == 1:       # the operand x: element (r, c) is word r * C + c
             idx = rows[:, None] * n_cols + cols[None, :]
         else:               # the operand x^T: element (r, c) of x is word c * R + r
             idx = cols[None, :] * n_rows + rows[:, None]
-        rb = _philox4(idx.to(tl.uint32, bitcast=True), 0, 0, 0, _u32(sr_lo), _u32(sr_hi))
+        rb = _philox4(idx.to(tl.uint32, bitcast=True), 0, 0, 0, k0, k1)
     else:
         rb = 0
     return b, a, rb
 
 
-@triton.jit(do_not_specialize=["row_sr_lo", "row_sr_hi", "col_sr_lo", "col_sr_hi",
-                               "row_sg_lo", "row_sg_hi", "row_sg_step", "row_sg_tid",
-                               "col_sg_lo", "col_sg_hi", "col_sg_step", "col_sg_tid"])
+@triton.jit(do_not_specialize=["row_sr_lo", "row_sr_hi", "row_sr_gs", "col_sr_lo",
+                               "col_sr_hi", "col_sr_gs", "row_sg_lo", "row_sg_hi",
+                               "row_sg_step", "row_sg_tid", "col_sg_lo", "col_sg_hi",
+                               "col_sg_step", "col_sg_tid"])
 def mx_qdq_train_kernel(
         x_ptr, row_out_ptr, col_out_ptr, row_scale_ptr, row_code_ptr, col_scale_ptr,
-        col_code_ptr, n_rows, n_cols,
-        row_sr_lo, row_sr_hi, col_sr_lo, col_sr_hi,
+        col_code_ptr, step_ptr, n_rows, n_cols,
+        row_sr_lo, row_sr_hi, row_sr_gs, col_sr_lo, col_sr_hi, col_sr_gs,
         row_sg_lo, row_sg_hi, row_sg_step, row_sg_tid,
         col_sg_lo, col_sg_hi, col_sg_step, col_sg_tid,
         SRC: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr, WRITE_Q: tl.constexpr,
@@ -116,11 +147,18 @@ def mx_qdq_train_kernel(
         SCALE_RULE: tl.constexpr, SATURATE: tl.constexpr,
         ROT_N: tl.constexpr, LOG2N: tl.constexpr, C_BITS: tl.constexpr,
         ROW_ROT: tl.constexpr, COL_ROT: tl.constexpr, ROW_SIGNS: tl.constexpr,
-        COL_SIGNS: tl.constexpr, ROW_SR: tl.constexpr, COL_SR: tl.constexpr):
+        COL_SIGNS: tl.constexpr, ROW_SR: tl.constexpr, COL_SR: tl.constexpr,
+        STEP_DEV: tl.constexpr):
     """mx_qdq_kernel plus, per orientation, a rotation (ROW_ROT / COL_ROT: blocks of ROT_N
     along the orientation's block axis, signs ROW_SIGNS / COL_SIGNS) and stochastic rounding
-    (ROW_SR / COL_SR, Philox key (sr_lo, sr_hi)). The launcher keeps (n_rows + BR) * n_cols
-    below 2^31 when an orientation rounds stochastically."""
+    (ROW_SR / COL_SR, Philox key (sr_lo, sr_hi)). STEP_DEV: the training step is read from
+    step_ptr (int64), for the random signs and to finish the SR keys (see _orientation), so a
+    CUDA graph that replays the launch follows the step. The launcher keeps
+    (n_rows + BR) * n_cols below 2^31 when an orientation rounds stochastically."""
+    if STEP_DEV:
+        step = tl.load(step_ptr)
+    else:
+        step = 0
     r0, c0 = _tile_ids(n_rows, n_cols, BR, BC)
     rows = r0 + tl.arange(0, BR)
     cols = c0 + tl.arange(0, BC)
@@ -131,8 +169,9 @@ def mx_qdq_train_kernel(
     if ROWS:
         rn: tl.constexpr = ROT_N if ROW_ROT else 0
         bo, ao, rb = _orientation(b, a, rows, cols, n_rows, n_cols, 1, BR, BC, rn, LOG2N,
-                                  C_BITS, ROW_SIGNS, ROW_SR, row_sr_lo, row_sr_hi, row_sg_lo,
-                                  row_sg_hi, row_sg_step, row_sg_tid)
+                                  C_BITS, ROW_SIGNS, ROW_SR, row_sr_lo, row_sr_hi, row_sr_gs,
+                                  row_sg_lo, row_sg_hi, row_sg_step, row_sg_tid, step,
+                                  STEP_DEV)
         _qdq_write(ao, bo, row_out_ptr, row_scale_ptr, row_code_ptr, base + offs, m, rows, cols,
                    r0, c0, n_rows, n_cols, 1, BR, BC, EL_MBITS, EL_EMIN, EL_EMAX, EL_MAXCODE,
                    EL_SIGNBIT, FILL, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE, SATURATE,
@@ -140,8 +179,9 @@ def mx_qdq_train_kernel(
     if COLS:
         cn: tl.constexpr = ROT_N if COL_ROT else 0
         bo, ao, rb = _orientation(b, a, rows, cols, n_rows, n_cols, 0, BR, BC, cn, LOG2N,
-                                  C_BITS, COL_SIGNS, COL_SR, col_sr_lo, col_sr_hi, col_sg_lo,
-                                  col_sg_hi, col_sg_step, col_sg_tid)
+                                  C_BITS, COL_SIGNS, COL_SR, col_sr_lo, col_sr_hi, col_sr_gs,
+                                  col_sg_lo, col_sg_hi, col_sg_step, col_sg_tid, step,
+                                  STEP_DEV)
         _qdq_write(ao, bo, col_out_ptr, col_scale_ptr, col_code_ptr, base + offs, m, rows, cols,
                    r0, c0, n_rows, n_cols, 0, BR, BC, EL_MBITS, EL_EMIN, EL_EMAX, EL_MAXCODE,
                    EL_SIGNBIT, FILL, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE, SATURATE,
@@ -149,12 +189,14 @@ def mx_qdq_train_kernel(
 
 
 KERNELS = {"mx_qdq_train": mx_qdq_train_kernel}
-_N_CE = 21          # runtime arguments before the constexprs
-_INTS = ("row_sr_lo", "row_sr_hi", "col_sr_lo", "col_sr_hi", "row_sg_lo", "row_sg_hi",
-         "row_sg_step", "row_sg_tid", "col_sg_lo", "col_sg_hi", "col_sg_step", "col_sg_tid")
+_N_CE = 24          # runtime arguments before the constexprs
+_INTS = ("row_sr_lo", "row_sr_hi", "row_sr_gs", "col_sr_lo", "col_sr_hi", "col_sr_gs",
+         "row_sg_lo", "row_sg_hi", "row_sg_step", "row_sg_tid", "col_sg_lo", "col_sg_hi",
+         "col_sg_step", "col_sg_tid")
 ARG_TYPES = {"mx_qdq_train": {
     "x_ptr": "SRC", "row_out_ptr": "OUT", "col_out_ptr": "OUT", "row_scale_ptr": "*u8",
-    "row_code_ptr": "*u8", "col_scale_ptr": "*u8", "col_code_ptr": "*u8", "n_rows": "i32",
+    "row_code_ptr": "*u8", "col_scale_ptr": "*u8", "col_code_ptr": "*u8", "step_ptr": "*i64",
+    "n_rows": "i32",
     "n_cols": "i32", **{k: "i32" for k in _INTS}}}
 
 
@@ -162,15 +204,16 @@ def aot_specs():
     """[(id, jitfn, signature, constexprs)]: rotation 16 / 32 with each sign mode, SR on one
     or both orientations, fp32 and bf16 sources and outputs, with and without codes."""
     out = []
-    for fmt, src, odt, wq, rn, rs, cs, rsr, csr in (
-            ("mxfp4", "bfloat16", "bfloat16", False, 16, 0, 0, False, False),
-            ("mxfp4", "float32", "bfloat16", True, 16, 1, 2, False, True),
-            ("mxfp8_e4m3", "bfloat16", "float32", False, 32, 2, 2, True, True),
-            ("mxfp4", "bfloat16", "bfloat16", True, 0, 0, 0, True, True)):
+    for fmt, src, odt, wq, rn, rs, cs, rsr, csr, sd in (
+            ("mxfp4", "bfloat16", "bfloat16", False, 16, 0, 0, False, False, False),
+            ("mxfp4", "float32", "bfloat16", True, 16, 1, 2, False, True, False),
+            ("mxfp8_e4m3", "bfloat16", "float32", False, 32, 2, 2, True, True, False),
+            ("mxfp4", "bfloat16", "bfloat16", True, 0, 0, 0, True, True, False),
+            ("mxfp4", "bfloat16", "bfloat16", False, 16, 2, 2, True, True, True)):
         ce = train_constexprs(fmt, "ocp", src, rows=True, cols=True, with_codes=wq,
                               out_dtype=odt, br=32, bc=128, rot_n=rn, row_rot=rn > 0,
                               col_rot=rn > 0, row_signs=rs, col_signs=cs, row_sr=rsr,
-                              col_sr=csr)
+                              col_sr=csr, step_dev=sd)
         sig = {k: {"SRC": "*i32" if src == "float32" else "*i16",
                    "OUT": "*bf16" if odt == "bfloat16" else "*fp32"}.get(v, v)
                for k, v in ARG_TYPES["mx_qdq_train"].items()}
@@ -180,7 +223,7 @@ def aot_specs():
             raise KeyError(f"mx_qdq_train: arguments {sorted(set(names) ^ set(sig))} are not "
                            "described by ARG_TYPES / the constexprs")
         out.append((f"mx_qdq_train-{fmt}-{src}-h{rn}-s{rs}{cs}-sr{int(rsr)}{int(csr)}"
-                    f"{'-codes' if wq else ''}", mx_qdq_train_kernel,
+                    f"{'-codes' if wq else ''}{'-stepdev' if sd else ''}", mx_qdq_train_kernel,
                     {k: sig[k] for k in names}, ce))
     return out
 
@@ -190,40 +233,56 @@ def _i32(v: int) -> int:
     return v - (1 << 32) if v >= (1 << 31) else v
 
 
-def _sign_args(signs, n: int):
+def _sign_args(signs, n: int, step_dev: bool):
     """(mode, lo, hi, step, tid) of a sign spec: None / 'none'; ('mask', bits) with bit j the
-    sign of position j; ('random', seed, step, tensor_id)."""
+    sign of position j; ('random', seed, step, tensor_id), step None when the launch reads the
+    device step (and an int otherwise)."""
     if signs is None or signs == "none":
         return 0, 0, 0, 0, 0
     kind = signs[0] if isinstance(signs, tuple) and signs else None
     if kind == "mask" and len(signs) == 2 and isinstance(signs[1], int) and n <= 32 \
             and 0 <= signs[1] < 2**n:
         return 1, _i32(signs[1]), 0, 0, 0
-    if kind == "random" and len(signs) == 4 and all(isinstance(v, int) for v in signs[1:]):
+    if kind == "random" and len(signs) == 4 and isinstance(signs[1], int) and \
+            isinstance(signs[3], int) and (signs[2] is None if step_dev else
+                                           isinstance(signs[2], int)):
         seed = signs[1] % 2**64
-        return 2, _i32(seed), _i32(seed >> 32), _i32(signs[2]), _i32(signs[3])
+        return 2, _i32(seed), _i32(seed >> 32), _i32(signs[2] or 0), _i32(signs[3])
     raise KernelUnsupported(f"signs={signs!r}: use None, ('mask', bits < 2^n) with n <= 32, or "
-                            "('random', seed, step, tensor_id)")
+                            "('random', seed, step, tensor_id) (step None with a device step "
+                            "tensor, an int without)")
 
 
-def _seed_args(seed):
+def _seed_args(seed, step_dev: bool):
+    """(lo, hi, 2 * gemm + side) of an SR seed: None (RNE); an int (the stream's seed); or with
+    a device step, ('mix', state, gemm, side): the mix_seed state after (recipe seed, layer),
+    finished in the kernel with (step, gemm, side)."""
     if seed is None:
-        return 0, 0
+        return 0, 0, 0
+    if step_dev:
+        if isinstance(seed, tuple) and len(seed) == 4 and seed[0] == "mix" and \
+                all(isinstance(v, int) for v in seed[1:]) and seed[2] in (0, 1, 2) and \
+                seed[3] in (0, 1):
+            z = seed[1] % 2**64
+            return _i32(z), _i32(z >> 32), 2 * seed[2] + seed[3]
+        raise KernelUnsupported(f"SR seed {seed!r}: with a device step tensor, pass "
+                                "('mix', state, gemm, side)")
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise KernelUnsupported(f"SR seed must be an int or None, got {seed!r}")
     s = seed % 2**64
-    return _i32(s), _i32(s >> 32)
+    return _i32(s), _i32(s >> 32), 0
 
 
 def train_constexprs(fmt, profile, src, *, rows, cols, with_codes, out_dtype, br, bc, rot_n,
-                     row_rot, col_rot, row_signs, col_signs, row_sr, col_sr) -> dict:
+                     row_rot, col_rot, row_signs, col_signs, row_sr, col_sr,
+                     step_dev=False) -> dict:
     """Every constexpr of mx_qdq_train_kernel."""
     ce = dict(qdq_constexprs(fmt, profile, src, rows=rows, cols=cols, with_codes=with_codes,
                              out_dtype=out_dtype, block_rows=br, block_cols=bc))
     ce.update(ROT_N=rot_n, LOG2N=rot_n.bit_length() - 1 if rot_n else 0,
               C_BITS=inv_sqrt_n_bits(rot_n) if rot_n else 0, ROW_ROT=bool(row_rot),
               COL_ROT=bool(col_rot), ROW_SIGNS=row_signs, COL_SIGNS=col_signs,
-              ROW_SR=bool(row_sr), COL_SR=bool(col_sr))
+              ROW_SR=bool(row_sr), COL_SR=bool(col_sr), STEP_DEV=bool(step_dev))
     return ce
 
 
@@ -233,11 +292,12 @@ _CE: dict = {}
 def _ce(key):
     hit = _CE.get(key)
     if hit is None:
-        dtype, fmt, profile, rows, cols, wq, odt, br, bc, rn, rr, cr, rs, cs, rsr, csr = key
+        dtype, fmt, profile, rows, cols, wq, odt, br, bc, rn, rr, cr, rs, cs, rsr, csr, sd = key
         src = {0: "float32", 1: "bfloat16", 2: "float16"}[_SRC[dtype]]
         ce = train_constexprs(fmt, profile, src, rows=rows, cols=cols, with_codes=wq,
                               out_dtype=_OUT[odt], br=br, bc=bc, rot_n=rn, row_rot=rr,
-                              col_rot=cr, row_signs=rs, col_signs=cs, row_sr=rsr, col_sr=csr)
+                              col_rot=cr, row_signs=rs, col_signs=cs, row_sr=rsr, col_sr=csr,
+                              step_dev=sd)
         names = mx_qdq_train_kernel.arg_names
         if set(names[_N_CE:]) != set(ce):
             raise KeyError(f"mx_qdq_train_kernel's constexprs {names[_N_CE:]} are not "
@@ -249,7 +309,8 @@ def _ce(key):
 def qdq(x: torch.Tensor, fmt: str, profile="ocp", *, rows: bool = True, cols: bool = False,
         out_dtype: torch.dtype = torch.bfloat16, with_codes: bool = False, rot_n: int = 0,
         row_signs=None, col_signs=None, row_sr: int | None = None, col_sr: int | None = None,
-        row_rot: bool | None = None, col_rot: bool | None = None):
+        row_rot: bool | None = None, col_rot: bool | None = None,
+        step: torch.Tensor | None = None):
     """Fake quantization of a 2-D tensor x [R, C] from one read: ``(row_values, col_values,
     q)`` as ``triton_fast.quantize_dequantize``, with per orientation an optional rotation and
     stochastic rounding.
@@ -261,7 +322,14 @@ def qdq(x: torch.Tensor, fmt: str, profile="ocp", *, rows: bool = True, cols: bo
     the seed of the orientation's mxref.random_bits stream (rows: the operand x, columns: x^T).
     The values equal ``dequantize(quantize(rotate(x, n, signs), fmt, profile, axis=-1,
     rand_bits=...))`` per orientation (x^T for the columns, transposed back); ``q`` as in
-    quantize_dequantize, the codes and scales of the rotated operand."""
+    quantize_dequantize, the codes and scales of the rotated operand.
+
+    step: None, or an int64 tensor on x's device whose first element is the training step:
+    the random signs then take it as their step (pass ('random', seed, None, tensor_id)) and
+    an SR seed is ('mix', state, gemm, side), finished in the kernel as
+    ``mix_seed(recipe seed, layer, step, gemm, side)`` from the state after (recipe seed,
+    layer) (see mxkernels.training.mxlinear): a CUDA graph replaying the launch follows the
+    step written into the tensor."""
     if isinstance(x, torch.Tensor) and x.dtype in _SRC and x.ndim == 2 and x.is_contiguous() \
             and x.shape[0] < 2**31 - 2**16 and x.shape[1] < 2**31 - 2**16:
         bits = x.view(torch.int32 if x.dtype == torch.float32 else torch.int16)
@@ -282,10 +350,15 @@ def qdq(x: torch.Tensor, fmt: str, profile="ocp", *, rows: bool = True, cols: bo
     if cols and col_rot and R % rot_n:
         raise KernelUnsupported(f"columns rotated in blocks of {rot_n}: {R} rows is not a "
                                 "multiple")
-    rs = _sign_args(row_signs if rows and row_rot else None, rot_n)
-    cs = _sign_args(col_signs if cols and col_rot else None, rot_n)
-    rsr = _seed_args(row_sr if rows else None)
-    csr = _seed_args(col_sr if cols else None)
+    sd = step is not None
+    if sd and not (isinstance(step, torch.Tensor) and step.dtype == torch.int64 and
+                   step.numel() >= 1 and step.device == x.device):
+        raise KernelUnsupported(f"step must be an int64 tensor on {x.device} holding the step, "
+                                f"got {step!r}")
+    rs = _sign_args(row_signs if rows and row_rot else None, rot_n, sd)
+    cs = _sign_args(col_signs if cols and col_rot else None, rot_n, sd)
+    rsr = _seed_args(row_sr if rows else None, sd)
+    csr = _seed_args(col_sr if cols else None, sd)
     br, bc = _tiles(R, C, None, None, None, True)
     if rot_n:
         br, bc = max(br, rot_n), max(bc, rot_n)
@@ -296,7 +369,7 @@ def qdq(x: torch.Tensor, fmt: str, profile="ocp", *, rows: bool = True, cols: bo
                                 "(R * C < 2^31)")
     ce = _ce((x.dtype, fmt, profile, bool(rows), bool(cols), bool(with_codes), out_dtype, br, bc,
               rot_n, row_rot, col_rot, rs[0], cs[0], row_sr is not None and rows,
-              col_sr is not None and cols))
+              col_sr is not None and cols, sd))
     dev = x.device
     rv = torch.empty((R, C), dtype=out_dtype, device=dev) if rows else None
     cv = torch.empty((R, C), dtype=out_dtype, device=dev) if cols else None
@@ -313,5 +386,6 @@ def qdq(x: torch.Tensor, fmt: str, profile="ocp", *, rows: bool = True, cols: bo
         nw = None if INTERPRETED else 4
         launch_cached(mx_qdq_train_kernel, triton.cdiv(R, br) * triton.cdiv(C, bc), ce, nw,
                       (bits, rv if rv is not None else dummy, cv if cv is not None else dummy,
-                       *ptrs, R, C, *rsr, *csr, *rs[1:], *cs[1:]), 7, enable_fp_fusion=False)
+                       *ptrs, step if sd else bits, R, C, *rsr, *csr, *rs[1:], *cs[1:]), 8,
+                      enable_fp_fusion=False)
     return rv, cv, q

@@ -406,3 +406,41 @@ def test_fused_validation_fails_on_a_planted_bug(monkeypatch, recipe, plant):
             "seed": {("dgrad", "dy"), ("wgrad", "dy^T")},
             "unrotated": {("dgrad", "W^T"), ("wgrad", "dy^T"), ("wgrad", "x^T")}}[plant]
     assert bad == want, [r for r in recs if not r.ok]
+
+
+@pytest.fixture
+def device_step():
+    """The fused launches read the step from a (CPU) tensor, as under a CUDA graph."""
+    st = M.use_device_step(torch.device("cpu"))
+    yield st
+    M.use_device_step(None)
+
+
+@pytest.mark.parametrize("recipe", ["mxfp4-fdw-rht", "mxfp4-fdw-sr"])
+def test_device_step_launches_are_bit_identical_to_the_generic_path(device_step, recipe):
+    m = _pair(recipe)
+    m.layer_id = 2
+    M.set_step(m, 7)
+    assert int(device_step[0]) == 7
+    x0 = torch.randn(48, 64)
+    fast = _fwd_bwd(m, x0, True)
+    slow = _fwd_bwd(m, x0, False)
+    assert all(torch.equal(a, b) for a, b in zip(fast, slow) if a is not None)
+    # the kernels follow the tensor, not the argument: a stale tensor changes the result
+    device_step.fill_(6)
+    stale = _fwd_bwd(m, x0, True)
+    assert not torch.equal(stale[2], slow[2])
+
+
+def test_device_step_capture_passes_and_a_stale_step_fails(device_step):
+    """In-run validation recomputes the seeds from the layer's step on the host: a device
+    step left behind (no set_step) must fail the SR operands."""
+    m = _pair("mxfp4-fdw-sr")
+    m.layer_id = 1
+    M.set_step(m, 4)
+    recs = _captured_checks(m, False)
+    assert all(r.ok for r in recs), [r for r in recs if not r.ok]
+    m.step = 5                                   # the host moved on, the device did not
+    recs = _captured_checks(m, False)
+    bad = {(r.gemm, r.operand) for r in recs if not r.ok and r.operand != "out"}
+    assert bad == {("dgrad", "dy"), ("wgrad", "dy^T")}, bad

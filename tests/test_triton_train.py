@@ -185,3 +185,40 @@ def test_empty_tensor_gives_empty_outputs(tt):
     rv, cv, q = tt.qdq(torch.zeros(0, 64), "mxfp4", rows=True, cols=True, with_codes=True,
                        rot_n=16)
     assert rv.shape == (0, 64) and cv.shape == (0, 64) and q[1].shape == (0, 64)
+
+
+def test_device_step_mode_equals_host_seeds_and_signs(tt, dev):
+    """step=tensor: ('random', seed, None, tid) signs and ('mix', state, gemm, side) SR keys,
+    finished with the device step in the kernel, give the launch with host-computed values."""
+    from mxkernels.training.quant import mix_seed, mix_state
+    rng = np.random.default_rng(8)
+    x = torch.from_numpy(rng.standard_normal((64, 96)).astype(np.float32)).to(dev)
+    seed, layer, step = 2**62 + 11, 5, 2**33 + 9
+    host = tt.qdq(x, "mxfp4", rows=True, cols=True, with_codes=True, rot_n=16,
+                  row_signs=("random", seed, step % 2**32, 21),
+                  col_signs=("random", seed, step % 2**32, 23),
+                  row_sr=mix_seed(seed, layer, step, 1, 0), col_sr=mix_seed(seed, layer, step, 2, 0))
+    st = torch.tensor([step], dtype=torch.int64, device=dev)
+    devq = tt.qdq(x, "mxfp4", rows=True, cols=True, with_codes=True, rot_n=16,
+                  row_signs=("random", seed, None, 21), col_signs=("random", seed, None, 23),
+                  row_sr=("mix", mix_state(seed, layer), 1, 0),
+                  col_sr=("mix", mix_state(seed, layer), 2, 0), step=st)
+    for a, b in zip(host[2], devq[2]):
+        assert torch.equal(a.cpu(), b.cpu())
+    st.fill_(step + 1)                        # another step: other signs and words
+    other = tt.qdq(x, "mxfp4", rows=True, cols=True, with_codes=True, rot_n=16,
+                   row_signs=("random", seed, None, 21), col_signs=("random", seed, None, 23),
+                   row_sr=("mix", mix_state(seed, layer), 1, 0),
+                   col_sr=("mix", mix_state(seed, layer), 2, 0), step=st)
+    assert not torch.equal(other[2][1].cpu(), host[2][1].cpu())
+
+
+@pytest.mark.parametrize("kw,says", [
+    ({"row_sr": 5}, "'mix', state"),
+    ({"row_sr": ("mix", 1, 3, 0)}, "'mix', state"),
+    ({"rot_n": 16, "row_signs": ("random", 1, 2, 3)}, "signs="),
+    ({"step": "7"}, "int64 tensor")])
+def test_device_step_bad_arguments_are_typed_errors(tt, kw, says):
+    kw = {"step": torch.zeros(1, dtype=torch.int64), **kw}
+    with pytest.raises(tt.KernelUnsupported, match=says):
+        tt.qdq(torch.zeros(64, 64), "mxfp4", **kw)

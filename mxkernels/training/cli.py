@@ -95,6 +95,10 @@ def _train_options(f):
         click.option("--fsdp", is_flag=True,
                      help="Under torchrun: shard with FSDP2 (fully_shard per decoder layer) "
                           "instead of DDP."),
+        click.option("--cuda-graph", is_flag=True,
+                     help="One CUDA graph per step (forward, backward, clipping, optimizer): "
+                          "no host enqueue. Needs a GPU, one process and a fast-path recipe; "
+                          "the first two steps and the checked / timed ones run eagerly."),
         click.option("--tokenizer", type=click.Choice(["bytes", "bpe"]), default="bytes",
                      show_default=True,
                      help="bytes (vocabulary 256) or a BPE trained on the corpus's training "
@@ -126,7 +130,7 @@ def train_group(ctx, model, recipe, tokens, seed, out, seq_len, batch_size, grad
                 warmup_frac, min_lr_frac, weight_decay, grad_clip, precision, backend, device,
                 corpus, val_fraction, eval_every, eval_tokens, ckpt_every, keep_checkpoints,
                 validate_every, decompose, quant_time_every, threads, stop_after, no_progress,
-                fsdp, tokenizer, vocab_size, debug_nan_at_step, as_json):
+                fsdp, cuda_graph, tokenizer, vocab_size, debug_nan_at_step, as_json):
     """Train a Llama/Qwen model (random init) with an MX recipe.
 
     \b
@@ -153,7 +157,8 @@ def train_group(ctx, model, recipe, tokens, seed, out, seq_len, batch_size, grad
                       decompose=decompose,
                       quant_time_every=quant_time_every, out=out, progress=not no_progress, threads=threads,
                       stop_after=stop_after, debug_nan_at_step=debug_nan_at_step,
-                      fsdp=fsdp, tokenizer=tokenizer, vocab_size=vocab_size)
+                      fsdp=fsdp, tokenizer=tokenizer, vocab_size=vocab_size,
+                      cuda_graph=cuda_graph)
     try:
         summary = train(cfg)
     except MXRefError as e:

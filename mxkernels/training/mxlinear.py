@@ -40,7 +40,7 @@ from .errors import RecipeError
 from .recipes import GEMMS, GemmSpec, OperandSpec, Recipe, get_recipe
 
 __all__ = ["MXLinear", "swap_linears", "set_step", "quant_timer", "QuantTimer", "BACKENDS",
-           "DEFAULT_SKIP", "fast_plan", "FAST_PATH"]
+           "DEFAULT_SKIP", "fast_plan", "FAST_PATH", "use_device_step"]
 
 BACKENDS = ("auto", "torch", "triton")
 DEFAULT_SKIP = ("lm_head", "*embed*", "router", "gate", "score")
@@ -508,14 +508,30 @@ def _triton_fast(device: torch.device):
 
 
 _TE16_MASK = [None]
+# the training step on the GPU (int64 [1]) while a CUDA graph replays the step: the fused
+# launches read it (see use_device_step)
+_DEV_STEP: list = [None]
+
+
+def use_device_step(device) -> torch.Tensor | None:
+    """From now on the fused fast-path launches read the step from an int64 tensor on
+    ``device`` (returned; :func:`set_step` writes it) instead of taking it as a launch argument,
+    so that a CUDA graph holding them follows the step; ``device`` None goes back."""
+    _DEV_STEP[0] = None if device is None else torch.zeros(1, dtype=torch.int64, device=device)
+    return _DEV_STEP[0]
 
 
 def _launch_args(o: Orient, layer) -> tuple:
     """(signs, SR seed) of one fused orientation for this call (triton_train.qdq's arguments;
-    the generic path's signs and seeds: _Ctx.signs / _Ctx.sr_seed)."""
+    the generic path's signs and seeds: _Ctx.signs / _Ctx.sr_seed). With a device step the
+    step is left to the kernel: ('random', seed, None, tensor_id) and ('mix', state after
+    (recipe seed, layer), gemm, side)."""
     r = layer.recipe
-    seed = Q.mix_seed(r.seed, layer.layer_id, layer.step, o.gemm, o.side) \
-        if o.spec.rounding == "sr" else None
+    dev = _DEV_STEP[0] is not None
+    seed = None
+    if o.spec.rounding == "sr":
+        seed = ("mix", Q.mix_state(r.seed, layer.layer_id), o.gemm, o.side) if dev else \
+            Q.mix_seed(r.seed, layer.layer_id, layer.step, o.gemm, o.side)
     if o.hadamard in ("none", "deterministic"):
         return None, seed
     if o.hadamard == "fixed_sign":
@@ -525,7 +541,7 @@ def _launch_args(o: Orient, layer) -> tuple:
                 _TE16_MASK[0] = sum(1 << j for j, v in enumerate(TE16_SIGNS) if v < 0)
             return ("mask", _TE16_MASK[0]), seed
         return ("random", int(r.seed), 0, 0), seed
-    return ("random", int(r.seed), int(layer.step) % 2**32,
+    return ("random", int(r.seed), None if dev else int(layer.step) % 2**32,
             (4 * int(layer.layer_id) + o.gemm) % 2**32), seed
 
 
@@ -536,6 +552,7 @@ def _fused(t: torch.Tensor, o0, o1, layer, want_q: bool):
     tt = Q.triton_module("triton_train", t.device)
     a0 = _launch_args(o0, layer) if o0 is not None else None
     a1 = _launch_args(o1, layer) if o1 is not None else None
+    step = _DEV_STEP[0]
     with Q._section(t.device):
         if o0 is None or o1 is None or ((o0.spec.fmt, o0.spec.profile) ==
                                         (o1.spec.fmt, o1.spec.profile) and
@@ -546,11 +563,13 @@ def _fused(t: torch.Tensor, o0, o1, layer, want_q: bool):
             return tt.qdq(t, s.fmt, s.profile, rows=o0 is not None, cols=o1 is not None,
                           with_codes=want_q, rot_n=max(n0, n1), row_rot=n0 > 0, col_rot=n1 > 0,
                           row_signs=a0 and a0[0], col_signs=a1 and a1[0],
-                          row_sr=a0 and a0[1], col_sr=a1 and a1[1])
+                          row_sr=a0 and a0[1], col_sr=a1 and a1[1], step=step)
         r, _, qr = tt.qdq(t, o0.spec.fmt, o0.spec.profile, rows=True, cols=False,
-                          with_codes=want_q, rot_n=o0.n, row_signs=a0[0], row_sr=a0[1])
+                          with_codes=want_q, rot_n=o0.n, row_signs=a0[0], row_sr=a0[1],
+                          step=step)
         _, c, qc = tt.qdq(t, o1.spec.fmt, o1.spec.profile, rows=False, cols=True,
-                          with_codes=want_q, rot_n=o1.n, col_signs=a1[0], col_sr=a1[1])
+                          with_codes=want_q, rot_n=o1.n, col_signs=a1[0], col_sr=a1[1],
+                          step=step)
     return r, c, (None if not want_q else (qr[0], qr[1], qc[2], qc[3]))
 
 
@@ -661,8 +680,11 @@ def _rec_operand(t, q, side_rows: bool, values, sr_seed=None):
 
 
 def _seed(o, layer):
-    """The SR seed an orientation's record carries (None: RNE or unquantized)."""
-    return None if o is None or o.spec.rounding != "sr" else _launch_args(o, layer)[1]
+    """The SR seed an orientation's record carries (None: RNE or unquantized), computed on the
+    host as the generic path does (_Ctx.sr_seed), whatever the launch took."""
+    if o is None or o.spec.rounding != "sr":
+        return None
+    return Q.mix_seed(layer.recipe.seed, layer.layer_id, layer.step, o.gemm, o.side)
 
 
 def _rec_gemm(layer, gemm: str, a: dict, b: dict, out, spec) -> dict:
@@ -826,7 +848,10 @@ def swap_linears(model: torch.nn.Module, recipe, *, skip=DEFAULT_SKIP, backend: 
 
 
 def set_step(model: torch.nn.Module, step: int) -> None:
-    """Set ``.step`` on every MXLinear of ``model`` (seeds random signs and SR streams)."""
+    """Set ``.step`` on every MXLinear of ``model`` (seeds random signs and SR streams), and
+    the device step of :func:`use_device_step` when one is in use."""
     for m in model.modules():
         if isinstance(m, MXLinear):
             m.step = int(step)
+    if _DEV_STEP[0] is not None:
+        _DEV_STEP[0].fill_(int(step))

@@ -122,16 +122,21 @@ def _section(device):
 
 
 # ---- seeds and signs ------------------------------------------------------------------------
-def mix_seed(*parts: int) -> int:
-    """A 63-bit seed from integers (splitmix64 steps): SR streams of different (recipe seed,
-    layer, step, GEMM, operand) do not overlap in practice."""
-    z = 0x9E3779B97F4A7C15
+def mix_state(*parts: int, z: int = 0x9E3779B97F4A7C15) -> int:
+    """The 64-bit splitmix state after absorbing ``parts`` into ``z`` (mix_seed before its
+    final mask; the fused kernels finish a state with the device step, triton_train)."""
     for p in parts:
         z = (z + (int(p) & 0xFFFFFFFFFFFFFFFF) + 0x9E3779B97F4A7C15) & 0xFFFFFFFFFFFFFFFF
         z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & 0xFFFFFFFFFFFFFFFF
         z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & 0xFFFFFFFFFFFFFFFF
         z ^= z >> 31
-    return z & 0x7FFFFFFFFFFFFFFF
+    return z
+
+
+def mix_seed(*parts: int) -> int:
+    """A 63-bit seed from integers (splitmix64 steps): SR streams of different (recipe seed,
+    layer, step, GEMM, operand) do not overlap in practice."""
+    return mix_state(*parts) & 0x7FFFFFFFFFFFFFFF
 
 
 def hadamard_signs(kind: str, n: int, *, seed: int, step: int, tensor_id: int) -> np.ndarray:

@@ -88,6 +88,9 @@ class TrainConfig:
     fsdp: bool = False  # under torchrun: FSDP2 fully_shard instead of DDP (fsdp.py)
     tokenizer: str = "bytes"  # bytes (vocabulary 256) or bpe (tokenizer.py, trained on the corpus)
     vocab_size: int = 0  # BPE vocabulary size (0: bytes); the model's vocabulary is this
+    # one CUDA graph per step (_StepGraph): a capturable AdamW (its own rounding: part of the
+    # identity) and the fused launches read the step from the device
+    cuda_graph: bool = False
 
     # validate_every: the in-run check reads captured operands on the host and changes no bit
     # of the step (tests/test_training_trainer.py runs a recipe with and without checks), so a
@@ -97,7 +100,7 @@ class TrainConfig:
 
     # fields added after runs were made: left out of the identity at their default, so the
     # fingerprints of earlier runs (and their resumes) stay what they were
-    NEW_DEFAULTS = {"fsdp": False, "tokenizer": "bytes", "vocab_size": 0}
+    NEW_DEFAULTS = {"fsdp": False, "tokenizer": "bytes", "vocab_size": 0, "cuda_graph": False}
 
     def identity(self) -> dict:
         d = dataclasses.asdict(self)
@@ -148,6 +151,10 @@ class TrainConfig:
         if self.fsdp and world_size < 2:
             raise TrainingConfigError("--fsdp shards over the ranks of torchrun: it needs "
                                       "WORLD_SIZE > 1 (one process trains unsharded)")
+        if self.cuda_graph and world_size > 1:
+            raise TrainingConfigError("--cuda-graph captures one process's step; DDP / FSDP "
+                                      "communication hooks are not captured (run without "
+                                      "torchrun, or without --cuda-graph)")
         if self.tokenizer not in ("bytes", "bpe"):
             raise TrainingConfigError(f"tokenizer={self.tokenizer!r}; use bytes or bpe")
         if self.tokenizer == "bytes" and self.vocab_size:
@@ -405,9 +412,94 @@ def build(cfg: TrainConfig, device: torch.device, dist: ddp.DistInfo) -> Built:
         from .mxlinear import swap_linears
 
         swapped = list(swap_linears(raw, recipe, backend=cfg.backend))
+    if cfg.cuda_graph:
+        _check_graphable(recipe, device)
     model = fsdp_mod.wrap(raw, dist, device) if cfg.fsdp else ddp.wrap(raw, dist, device)
-    return Built(model, raw, make_optimizer(raw, cfg), sampler, val, corpus, recipe, swapped,
+    opt = make_optimizer(raw, cfg, capturable=cfg.cuda_graph)
+    if cfg.cuda_graph:          # a graph reads the learning rate from the device
+        for g in opt.param_groups:
+            g["lr"] = torch.tensor(float(g["lr"]), dtype=torch.float32, device=device)
+    return Built(model, raw, opt, sampler, val, corpus, recipe, swapped,
                  val_tokens_per_byte=tokens_per_byte(val, corpus))
+
+
+def _check_graphable(recipe, device: torch.device) -> None:
+    """--cuda-graph needs a GPU and a recipe whose every quantized GEMM runs on the fast path
+    (the generic path computes signs and seeds on the host and syncs)."""
+    if device.type != "cuda":
+        raise TrainingConfigError(f"--cuda-graph needs a CUDA device, not {device.type}")
+    if recipe.quantized:
+        from .mxlinear import fast_plan
+
+        if fast_plan(recipe) is None:
+            raise TrainingConfigError(
+                f"--cuda-graph: recipe {recipe.name!r} runs on the generic MXLinear path "
+                "(host-side signs / seeds and syncs), which a CUDA graph cannot hold; the "
+                "fast-path recipes can (mxkernels.training.mxlinear.fast_plan)")
+
+
+class _StepGraph:
+    """A training step in two CUDA graphs: every micro-batch's forward and backward plus the
+    gradient clipping (g1, returning static loss / aux / grad-norm tensors), then the
+    optimizer step (g2), so that the host checks the loss between them as the eager loop does.
+    Tokens are copied into static buffers; the learning rate (optimizer lr tensors) and the
+    fused launches' step (mxlinear.use_device_step) are read from the device, so replays follow
+    the step. Captured once, after eager steps have compiled the kernels and made the
+    optimizer state."""
+
+    def __init__(self, b: Built, cfg: TrainConfig, autocast, device: torch.device):
+        self.b, self.cfg, self.autocast, self.device = b, cfg, autocast, device
+        self.g1 = self.g2 = None
+        self.tokens: list = []
+        self.out = None
+
+    def _fwd_bwd(self):
+        cfg, b = self.cfg, self.b
+        loss_sum = torch.zeros((), device=self.device)
+        aux_sum = None
+        for t in self.tokens:
+            with self.autocast():
+                ce, total_loss, aux = lm_loss(b.model, t)
+            (total_loss / cfg.grad_accum).backward()
+            loss_sum += ce.detach() / cfg.grad_accum
+            if aux is not None:
+                aux_sum = (aux_sum if aux_sum is not None else 0) + aux / cfg.grad_accum
+        grad_norm = torch.nn.utils.clip_grad_norm_(b.raw_model.parameters(), cfg.grad_clip)
+        return loss_sum, aux_sum, grad_norm
+
+    def _load(self, rows, micro: int) -> None:
+        for k, t in enumerate(self.tokens):
+            t.copy_(torch.from_numpy(rows[k * micro:(k + 1) * micro]), non_blocking=False)
+
+    def capture(self, rows, micro: int) -> None:
+        cfg, b, dev = self.cfg, self.b, self.device
+        self.tokens = [torch.from_numpy(rows[k * micro:(k + 1) * micro]).to(dev)
+                       for k in range(cfg.grad_accum)]
+        side = torch.cuda.Stream(dev)
+        side.wait_stream(torch.cuda.current_stream(dev))
+        with torch.cuda.stream(side):          # lazy initialisations, off the capture
+            b.optimizer.zero_grad(set_to_none=True)
+            self._fwd_bwd()
+        torch.cuda.current_stream(dev).wait_stream(side)
+        b.optimizer.zero_grad(set_to_none=True)   # the graph's backward assigns the grads
+        self.g1 = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.g1):
+            self.out = self._fwd_bwd()
+        self.g2 = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self.g2, pool=self.g1.pool()):
+            b.optimizer.step()
+
+    def fwd_bwd(self, rows, micro: int):
+        """(loss, aux or None, grad norm) tensors of this step's forward and backward."""
+        if self.g1 is None:
+            self.capture(rows, micro)
+        else:
+            self._load(rows, micro)
+        self.g1.replay()
+        return self.out
+
+    def opt_step(self) -> None:
+        self.g2.replay()
 
 
 def tokens_per_byte(batches, corpus) -> float:
@@ -521,12 +613,25 @@ def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo
     last_ckpt = start if start else None
     t_run = time.perf_counter()
     step = start
+    graph = None
+    graph_steps = 0
+    if cfg.cuda_graph:
+        from .mxlinear import use_device_step
+
+        use_device_step(device)
+        # MXK_CUDA_GRAPH_EAGER=1 (a test hook): every step eager, with the graph mode's
+        # optimizer and device step, to compare the graph's results bit for bit
+        if os.environ.get("MXK_CUDA_GRAPH_EAGER", "0") != "1":
+            graph = _StepGraph(b, cfg, autocast, device)
     try:
         for step in range(start, total):
             t0 = time.perf_counter()
             lr = lr_at(step, cfg)
             for g in b.optimizer.param_groups:
-                g["lr"] = lr
+                if isinstance(g["lr"], torch.Tensor):
+                    g["lr"].fill_(lr)
+                else:
+                    g["lr"] = lr
             _set_step(b.raw_model, step)
             rows = b.sampler.batch(step, dist.rank, dist.world_size)
             armed = _arm_validation(cfg, b, step)
@@ -535,7 +640,15 @@ def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo
             qtimed = bool(b.swapped and cfg.quant_time_every and
                           step % cfg.quant_time_every == 0)
             qt = _quant_timer(b) if qtimed else _QuantTiming(None)
-            for k in range(cfg.grad_accum):
+            # eager: the first two steps (compile, optimizer state), checked and timed ones
+            replay = graph is not None and armed is None and not qtimed and step >= start + 2
+            if replay:
+                loss_sum, aux_sum, grad_norm = graph.fwd_bwd(rows, micro)
+                graph_steps += 1
+            elif graph is not None and graph.g1 is not None:
+                # the graph's gradients are still attached: an eager step starts from none
+                b.optimizer.zero_grad(set_to_none=True)
+            for k in range(0 if replay else cfg.grad_accum):
                 tokens = torch.from_numpy(rows[k * micro:(k + 1) * micro]).to(device)
                 sync = k == cfg.grad_accum - 1 or not dist.enabled
                 with _sync_context(b.model, sync, cfg), qt:
@@ -552,8 +665,9 @@ def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo
             loss_t = ddp.all_reduce_mean(loss_sum, dist)
             if cfg.debug_nan_at_step is not None and step == cfg.debug_nan_at_step:
                 loss_t = loss_t * float("nan")
-            grad_norm = fsdp_mod.to_full(   # a replicated DTensor under FSDP
-                torch.nn.utils.clip_grad_norm_(b.raw_model.parameters(), cfg.grad_clip))
+            if not replay:
+                grad_norm = fsdp_mod.to_full(   # a replicated DTensor under FSDP
+                    torch.nn.utils.clip_grad_norm_(b.raw_model.parameters(), cfg.grad_clip))
             loss = float(loss_t)
             if not math.isfinite(loss) or not math.isfinite(float(grad_norm)):
                 log.write({"step": step, "tokens": (step + 1) * cfg.tokens_per_step,
@@ -565,8 +679,11 @@ def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo
                     f"good checkpoint is "
                     f"{'step ' + str(last_ckpt) if last_ckpt is not None else 'none (no checkpoint yet)'}"
                     f" in {ck_root}")
-            b.optimizer.step()
-            b.optimizer.zero_grad(set_to_none=True)
+            if replay:
+                graph.opt_step()       # the graph's gradients stay its own (no zeroing)
+            else:
+                b.optimizer.step()
+                b.optimizer.zero_grad(set_to_none=True)
             if device.type == "cuda":
                 torch.cuda.synchronize(device)
             dt = time.perf_counter() - t0
@@ -613,8 +730,14 @@ def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo
             bar.close()
         log.close()
         checks.close()
+        if cfg.cuda_graph:
+            from .mxlinear import use_device_step
+
+            use_device_step(None)
     summary = _summary(cfg, out, b, device, dist, status, error, last_val, step_times,
                        time.perf_counter() - t_run, last_ckpt, start)
+    if cfg.cuda_graph:
+        summary["cuda_graph_steps"] = graph_steps
     if main:
         ckpt.write_json_atomic(out / "summary.json", summary)
     if error is not None:

@@ -1,0 +1,88 @@
+"""--cuda-graph: one CUDA graph per training step. On CPU: the refusals (no GPU, a recipe on
+the generic path, torchrun) and the config identity. On a GPU: a graph run's losses and
+gradient norms are those of the same run stepped eagerly (MXK_CUDA_GRAPH_EAGER=1: the graph
+mode's capturable optimizer and device step, no capture) bit for bit, its in-run checks pass,
+and a planted bug (the device step not written) is caught by them."""
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from mxkernels.training import mxlinear as M
+from mxkernels.training.errors import TrainingConfigError
+from mxkernels.training.trainer import TrainConfig, _check_graphable, train
+from mxkernels.training.recipes import get_recipe
+
+GPU = torch.cuda.is_available()
+
+
+def test_cuda_graph_on_cpu_is_refused(tmp_path):
+    cfg = TrainConfig(out=str(tmp_path / "r"), model="llama-tiny", tokens=4096, seq_len=32,
+                      batch_size=4, device="cpu", cuda_graph=True, progress=False)
+    with pytest.raises(TrainingConfigError, match="needs a CUDA device"):
+        train(cfg)
+    assert not (tmp_path / "r" / "log.jsonl").exists()
+
+
+def test_generic_path_recipes_are_refused_by_name():
+    dev = torch.device("cuda")        # the recipe check comes after the device check
+    for name in ("nvfp4-te", "quartet", "ms-fp4", "decomp-fixed", "fp4-activations"):
+        with pytest.raises(TrainingConfigError, match=name):
+            _check_graphable(get_recipe(name), dev)
+    for name in ("bf16", "mxfp4-fdw", "mxfp4-fdw-rht", "mxfp4-fdw-sr"):
+        _check_graphable(get_recipe(name), dev)
+
+
+def test_cuda_graph_under_torchrun_is_refused():
+    cfg = TrainConfig(model="llama-tiny", cuda_graph=True)
+    with pytest.raises(TrainingConfigError, match="DDP / FSDP"):
+        cfg.validate(world_size=2)
+
+
+def test_cuda_graph_is_part_of_the_run_identity_only_when_on():
+    assert "cuda_graph" not in TrainConfig().identity()      # earlier runs keep their id
+    assert TrainConfig(cuda_graph=True).identity()["cuda_graph"] is True
+
+
+def _run(tmp_path, name, monkeypatch, eager: bool, **kw):
+    if eager:
+        monkeypatch.setenv("MXK_CUDA_GRAPH_EAGER", "1")
+    else:
+        monkeypatch.delenv("MXK_CUDA_GRAPH_EAGER", raising=False)
+    cfg = TrainConfig(out=str(tmp_path / name), model="llama-tiny", recipe="mxfp4-fdw-sr",
+                      tokens=12 * 8 * 64, seq_len=64, batch_size=8, grad_accum=2, seed=3,
+                      device="cuda", cuda_graph=True, progress=False, quant_time_every=0,
+                      eval_every=0, **kw)
+    s = train(cfg)
+    rows = [json.loads(x) for x in (Path(cfg.out) / "log.jsonl").read_text().splitlines()]
+    return s, [(r["loss"], r["grad_norm"]) for r in rows]
+
+
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
+def test_graph_replays_equal_eager_steps_bit_for_bit(tmp_path, monkeypatch):
+    sg, g = _run(tmp_path, "graph", monkeypatch, eager=False, validate_every=5)
+    se, e = _run(tmp_path, "eager", monkeypatch, eager=True, validate_every=5)
+    assert sg["cuda_graph_steps"] >= 7 and se["cuda_graph_steps"] == 0
+    assert g == e
+    checks = (tmp_path / "graph" / "checks.jsonl").read_text().splitlines()
+    assert checks and all(json.loads(c)["ok"] for c in checks)
+
+
+@pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
+def test_graph_steps_follow_the_device_step(tmp_path, monkeypatch):
+    """Planted bug: set_step stops writing the device step. Replays then reuse the captured
+    step's SR streams, and the losses leave the eager run's."""
+    _, e = _run(tmp_path, "eager", monkeypatch, eager=True)
+    real = M.set_step
+
+    def stale(model, step):
+        st = M._DEV_STEP[0]
+        M._DEV_STEP[0] = None
+        try:
+            real(model, step)
+        finally:
+            M._DEV_STEP[0] = st
+    monkeypatch.setattr(M, "set_step", stale)
+    _, g = _run(tmp_path, "stale", monkeypatch, eager=False)
+    assert g[0] == e[0] and g != e          # step 0 is the same, then the streams part
