@@ -82,8 +82,9 @@ def main(argv=None) -> dict:
                          "moved out of its reach by gc.freeze(): a full collection then scans "
                          "only what the steps allocate).")
     ap.add_argument("--cuda-graph", action="store_true",
-                    help="Capture each recipe's whole step (forward, backward, clipping, a "
-                         "capturable AdamW) in one CUDA graph after warm-up and time its "
+                    help="Capture each recipe's whole step (forward, backward, clipping, the "
+                         "fused capturable AdamW of train --cuda-graph) in one CUDA graph "
+                         "after warm-up and time its "
                          "replays: the GPU's part without the host's enqueue. Per-step kernel "
                          "arguments (SR seeds, random Hadamard signs) keep the values of the "
                          "captured step, which changes no timing; the quantization share is "
@@ -306,7 +307,7 @@ def main(argv=None) -> dict:
           "", f"torch {env['torch']}, triton {env.get('triton')}, transformers "
           f"{env['transformers']}, commit {env['git_commit']}; medians of {a.steps} alternating "
           f"rounds after warm-up; Python GC {a.gc}"
-          f"{'; each step one CUDA graph replay (host enqueue = copy + replay)' if a.cuda_graph else ''}.", "",
+          f"{'; each step one CUDA graph replay (host enqueue = copy + replay), fused AdamW' if a.cuda_graph else ''}.", "",
           "| recipe | step (ms) | host enqueue (ms) | min step (ms) | tokens/s | step time / bf16 "
           "| quant share | step peak mem (GiB) | mem / bf16 | warm-up (s) | note |",
           "|---|---|---|---|---|---|---|---|---|---|---|"]

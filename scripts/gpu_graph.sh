@@ -6,6 +6,8 @@
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_graph.sh OUTDIR}
 source "$(dirname "$0")/gpu_parts.sh"
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$OUT/pip.log" 2>&1 \
+  || echo "pip install -e . failed (see pip.log): mxref train needs the entry points" >&2
 R=bf16,mxfp4-fdw,mxfp4-fdw-h16,mxfp4-fdw-rht,mxfp4-fdw-sr
 part tests 240 python -m pytest -q -x -p no:cacheprovider tests/test_training_graph.py \
   tests/test_triton_train.py -k "cuda or graph"

@@ -3,8 +3,6 @@ against mxref: mxref.rotate, mxref.quantize with mxref.random_bits words, MXTens
 Runs through the Triton interpreter on CPU; the data covers what random draws miss (NaN and Inf
 blocks, -0, fp32 subnormals, all-zero and tiny blocks, RNE ties and tie +- 1 ulp, amax at
 2^k - 1 ulp, values that overflow the rotation)."""
-import os
-
 import numpy as np
 import pytest
 import torch
@@ -12,8 +10,6 @@ import torch
 import mxref
 from mxref.quantize import random_bits
 from mxref.rotate import sign_vector
-
-os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
 _DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
