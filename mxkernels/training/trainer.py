@@ -662,6 +662,9 @@ def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo
                 loss_sum += ce.detach() / cfg.grad_accum
                 if aux is not None:
                     aux_sum = (aux_sum or 0) + aux / cfg.grad_accum
+                # drop this micro-batch's autograd graph now: a graph kept alive into a CUDA
+                # graph capture ties its gradient accumulation to the eager stream
+                ce = total_loss = aux = None
                 if armed is not None and k == 0:
                     _check_validation(armed, step, checks, log, dist, device, decomp,
                                       sharded=cfg.fsdp)
