@@ -1,8 +1,13 @@
 """--cuda-graph: one CUDA graph per training step. On CPU: the refusals (no GPU, a recipe on
-the generic path, torchrun) and the config identity. On a GPU: a graph run's losses and
-gradient norms are those of the same run stepped eagerly (MXK_CUDA_GRAPH_EAGER=1: the graph
-mode's capturable optimizer and device step, no capture) bit for bit, its in-run checks pass,
-and a planted bug (the device step not written) is caught by them."""
+the generic path, torchrun) and the config identity. On a GPU: a graph run repeats bit for
+bit, its in-run checks pass, and a planted bug (the device step not written) changes the run.
+
+A graph run is NOT bit-identical to the same run stepped eagerly (MXK_CUDA_GRAPH_EAGER=1: the
+graph mode's optimizer and device step, no capture), and neither is the bf16 recipe, which
+runs none of our kernels: on an H100 (torch 2.11) bf16 parts at step 3, mxfp4-fdw at 9,
+mxfp4-fdw-sr at 5, while eager reruns and graph reruns each repeat exactly
+(scripts/gpu_graph_diag.py). Kernels picked under capture (cuBLAS / attention) round
+differently; the in-run checks hold each GEMM to its bound either way."""
 import json
 from pathlib import Path
 
@@ -60,25 +65,21 @@ def _run(tmp_path, name, monkeypatch, eager: bool, **kw):
 
 
 @pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
-@pytest.mark.parametrize("every", [0, 5])
-def test_graph_replays_equal_eager_steps_bit_for_bit(tmp_path, monkeypatch, every):
-    """every 5: the checked steps 5 and 10 run eagerly between replays."""
-    sg, g = _run(tmp_path, "graph", monkeypatch, eager=False, validate_every=every)
-    se, e = _run(tmp_path, "eager", monkeypatch, eager=True, validate_every=every)
-    assert sg["cuda_graph_steps"] >= (7 if every else 9) and se["cuda_graph_steps"] == 0
-    diff = [i for i, (a, b) in enumerate(zip(g, e)) if a != b]
-    assert not diff, (diff, g, e)
-    if not every:
-        return
-    checks = (tmp_path / "graph" / "checks.jsonl").read_text().splitlines()
-    assert checks and all(json.loads(c)["ok"] for c in checks)
+def test_graph_runs_repeat_bit_for_bit_and_pass_their_checks(tmp_path, monkeypatch):
+    """Checked steps 5 and 10 run eagerly between the replays."""
+    s1, g1 = _run(tmp_path, "graph1", monkeypatch, eager=False, validate_every=5)
+    _, g2 = _run(tmp_path, "graph2", monkeypatch, eager=False, validate_every=5)
+    assert s1["cuda_graph_steps"] >= 7
+    assert g1 == g2
+    checks = (tmp_path / "graph1" / "checks.jsonl").read_text().splitlines()
+    assert len(checks) >= 3 and all(json.loads(c)["ok"] for c in checks)
 
 
 @pytest.mark.skipif(not GPU, reason="needs a CUDA GPU")
 def test_graph_steps_follow_the_device_step(tmp_path, monkeypatch):
-    """Planted bug: set_step stops writing the device step. Replays then reuse the captured
-    step's SR streams, and the losses leave the eager run's."""
-    _, e = _run(tmp_path, "eager", monkeypatch, eager=True)
+    """Planted bug: set_step stops writing the device step. The SR streams then stay those
+    of step 0, and the run leaves a correct graph run after its first step."""
+    _, good = _run(tmp_path, "good", monkeypatch, eager=False)
     real = M.set_step
 
     def stale(model, step):
@@ -90,4 +91,4 @@ def test_graph_steps_follow_the_device_step(tmp_path, monkeypatch):
             M._DEV_STEP[0] = st
     monkeypatch.setattr(M, "set_step", stale)
     _, g = _run(tmp_path, "stale", monkeypatch, eager=False)
-    assert g[0] == e[0] and g != e          # step 0 is the same, then the streams part
+    assert g[0] == good[0] and g[1:] != good[1:]
