@@ -33,7 +33,7 @@ from mxkernels.triton_rotate import _fwht
 from mxkernels.triton_sr import _philox4, _u32
 from mxref.rotate import inv_sqrt_n_bits
 
-__all__ = ["qdq", "ROT_SIZES", "SIGN_MODES", "train_constexprs", "KERNELS", "ARG_TYPES",
+__all__ = ["qdq", "qdq_fp4_stored", "ROT_SIZES", "SIGN_MODES", "train_constexprs", "KERNELS", "ARG_TYPES",
            "aot_specs", "KernelUnsupported"]
 
 ROT_SIZES = (16, 32)
@@ -188,7 +188,63 @@ def mx_qdq_train_kernel(
                    OUT_BF16, WRITE_Q, COL_SR, rb)
 
 
-KERNELS = {"mx_qdq_train": mx_qdq_train_kernel}
+@triton.jit
+def _fp4_stored_tile(code_ptr, scale_ptr, r0, c0, n_rows, n_cols, BR: tl.constexpr,
+                     BC: tl.constexpr):
+    """fp32 bits [BR, BC] of the MXFP4 values stored as packed codes [n_rows, n_cols / 2]
+    (element 2i in the low nibble) and E8M0 scales [n_rows, ceil(n_cols / 32)] (blocks along
+    the rows), masked lanes +0. Each value is e2m1 x 2^(byte - 127), exact in fp32 (2^-127 for
+    byte 0 as a subnormal; the products are multiples of 2^-128); byte 0xFF is NaN; code 8 is
+    -0 (the sign is OR-ed in as a bit)."""
+    lr = tl.arange(0, BR)
+    lp = tl.arange(0, BC // 2)
+    rows = r0 + lr
+    n_pc = n_cols // 2
+    m = (rows < n_rows)[:, None] & ((c0 // 2 + lp) < n_pc)[None, :]
+    byte = tl.load(code_ptr + (rows.to(tl.int64)[:, None] * n_pc + (c0 // 2 + lp)[None, :]),
+                   mask=m, other=0).to(tl.int32)
+    code = tl.reshape(tl.join(byte & 0xF, byte >> 4), (BR, BC))
+    n_blk = (n_cols + 31) // 32
+    lb = tl.arange(0, BC // 32)
+    ms = (rows < n_rows)[:, None] & ((c0 // 32 + lb) < n_blk)[None, :]
+    sb = tl.load(scale_ptr + (rows.to(tl.int64)[:, None] * n_blk + (c0 // 32 + lb)[None, :]),
+                 mask=ms, other=127).to(tl.int32)
+    pw = tl.where(sb == 0, 0x400000, tl.where(sb == 255, 0x7FC00000, sb << 23))
+    pw = pw.to(tl.float32, bitcast=True)
+    mag = code & 7
+    e = mag >> 1
+    # e2m1 magnitude: 0, 0.5 (e 0) or (1 + m / 2) * 2^(e - 1) (e 1..3), as fp32 bits
+    el = tl.where(e == 0, (mag & 1) * 0x3F000000, ((e + 126) << 23) | ((mag & 1) << 22))
+    v = tl.reshape(el.to(tl.float32, bitcast=True), (BR, BC // 32, 32)) * pw[:, :, None]
+    b = tl.reshape(v.to(tl.int32, bitcast=True), (BR, BC)) | ((code & 8) << 28)
+    return b
+
+
+@triton.jit
+def mx_fp4_stored_qdq_kernel(
+        code_ptr, scale_ptr, out_ptr, col_scale_ptr, col_code_ptr, n_rows, n_cols,
+        WRITE_Q: tl.constexpr, OUT_BF16: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+        EL_MBITS: tl.constexpr, EL_EMIN: tl.constexpr, EL_EMAX: tl.constexpr,
+        EL_MAXCODE: tl.constexpr, EL_SIGNBIT: tl.constexpr, FILL: tl.constexpr,
+        EL_MAXSIG: tl.constexpr, EL_EVENTHR: tl.constexpr, EL_MAXF32: tl.constexpr,
+        SCALE_RULE: tl.constexpr, SATURATE: tl.constexpr):
+    """Fake quantization, blocks down the columns, of an activation stored as MXFP4 along the
+    rows (_fp4_stored_tile): the Wgrad operand of a recipe that keeps x as FP4 for the
+    backward, from the stored bytes, in one pass."""
+    r0, c0 = _tile_ids(n_rows, n_cols, BR, BC)
+    rows = r0 + tl.arange(0, BR)
+    cols = c0 + tl.arange(0, BC)
+    b = _fp4_stored_tile(code_ptr, scale_ptr, r0, c0, n_rows, n_cols, BR, BC)
+    m = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+    offs = (rows - r0)[:, None] * n_cols + (cols - c0)[None, :]
+    base = r0.to(tl.int64) * n_cols + c0
+    _qdq_write(b & 0x7FFFFFFF, b, out_ptr, col_scale_ptr, col_code_ptr, base + offs, m, rows,
+               cols, r0, c0, n_rows, n_cols, 0, BR, BC, EL_MBITS, EL_EMIN, EL_EMAX, EL_MAXCODE,
+               EL_SIGNBIT, FILL, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE, SATURATE,
+               OUT_BF16, WRITE_Q, False, 0)
+
+
+KERNELS = {"mx_qdq_train": mx_qdq_train_kernel, "mx_fp4_stored_qdq": mx_fp4_stored_qdq_kernel}
 _N_CE = 24          # runtime arguments before the constexprs
 _INTS = ("row_sr_lo", "row_sr_hi", "row_sr_gs", "col_sr_lo", "col_sr_hi", "col_sr_gs",
          "row_sg_lo", "row_sg_hi", "row_sg_step", "row_sg_tid", "col_sg_lo", "col_sg_hi",
@@ -225,7 +281,77 @@ def aot_specs():
         out.append((f"mx_qdq_train-{fmt}-{src}-h{rn}-s{rs}{cs}-sr{int(rsr)}{int(csr)}"
                     f"{'-codes' if wq else ''}{'-stepdev' if sd else ''}", mx_qdq_train_kernel,
                     {k: sig[k] for k in names}, ce))
+    for fmt, odt, wq in (("mxfp8_e4m3", "bfloat16", False), ("mxfp8_e5m2", "float32", True)):
+        ce = _stored_constexprs(fmt, "ocp", with_codes=wq, out_dtype=odt, br=32, bc=128)
+        sig = {"code_ptr": "*u8", "scale_ptr": "*u8",
+               "out_ptr": "*bf16" if odt == "bfloat16" else "*fp32", "col_scale_ptr": "*u8",
+               "col_code_ptr": "*u8", "n_rows": "i32", "n_cols": "i32",
+               **{k: "constexpr" for k in ce}}
+        names = mx_fp4_stored_qdq_kernel.arg_names
+        if set(names) != set(sig):
+            raise KeyError(f"mx_fp4_stored_qdq: arguments {sorted(set(names) ^ set(sig))}")
+        out.append((f"mx_fp4_stored_qdq-{fmt}-{odt}{'-codes' if wq else ''}",
+                    mx_fp4_stored_qdq_kernel, {k: sig[k] for k in names}, ce))
     return out
+
+
+def _stored_constexprs(fmt, profile, *, with_codes, out_dtype, br, bc) -> dict:
+    ce = dict(qdq_constexprs(fmt, profile, "float32", rows=False, cols=True,
+                             with_codes=with_codes, out_dtype=out_dtype, block_rows=br,
+                             block_cols=bc))
+    for k in ("SRC", "ROWS", "COLS"):
+        ce.pop(k)
+    return ce
+
+
+_STORED_CE: dict = {}
+
+
+def qdq_fp4_stored(codes: torch.Tensor, scales: torch.Tensor, n_cols: int, fmt: str,
+                   profile="ocp", *, out_dtype: torch.dtype = torch.bfloat16,
+                   with_codes: bool = False):
+    """``(col_values, q)``: the fake quantization along the columns (blocks down each column,
+    ``fmt`` / ``profile``) of the [R, n_cols] tensor stored as MXFP4 (OCP) along its rows:
+    packed codes uint8 [R, n_cols / 2] (element 2i in the low nibble, as
+    ``triton_fast.quantize_fast(..., packed=True)``) and scales uint8 [R, ceil(n_cols / 32)].
+    Equals ``quantize_dequantize(dequantize(stored), fmt, profile, rows=False, cols=True)``;
+    q is None or (col_scales [ceil(R / 32), n_cols], col_codes [R, n_cols]) with
+    ``with_codes``. n_cols must be even (the packing of an odd count is not read here)."""
+    for t, what in ((codes, "codes"), (scales, "scales")):
+        if not isinstance(t, torch.Tensor) or t.dtype != torch.uint8 or t.ndim != 2 or \
+                not t.is_contiguous():
+            raise KernelUnsupported(f"{what} must be a contiguous 2-D uint8 tensor")
+    R = codes.shape[0]
+    if isinstance(n_cols, bool) or not isinstance(n_cols, int) or n_cols < 0 or n_cols % 2:
+        raise KernelUnsupported(f"n_cols={n_cols!r}: a non-negative even count")
+    if tuple(codes.shape) != (R, n_cols // 2) or tuple(scales.shape) != (R, -(-n_cols // 32)):
+        raise KernelUnsupported(f"stored MXFP4 of [{R}, {n_cols}] needs codes [{R}, "
+                                f"{n_cols // 2}] and scales [{R}, {-(-n_cols // 32)}], got "
+                                f"{tuple(codes.shape)} and {tuple(scales.shape)}")
+    if out_dtype not in _OUT:
+        raise KernelUnsupported(f"out_dtype {out_dtype}: bfloat16 or float32")
+    br, bc = _tiles(R, n_cols, None, None, None, True)
+    _check_local_offsets(br, n_cols)
+    key = (fmt, profile, bool(with_codes), out_dtype, br, bc)
+    hit = _STORED_CE.get(key)
+    if hit is None:
+        ce = _stored_constexprs(fmt, profile, with_codes=with_codes, out_dtype=_OUT[out_dtype],
+                                br=br, bc=bc)
+        names = mx_fp4_stored_qdq_kernel.arg_names
+        hit = _STORED_CE[key] = (ce, tuple(ce[n] for n in names[7:]))
+    dev = codes.device
+    out = torch.empty((R, n_cols), dtype=out_dtype, device=dev)
+    q = None
+    cs = cc = out
+    if with_codes:
+        cs = torch.empty((-(-R // 32), n_cols), dtype=torch.uint8, device=dev)
+        cc = torch.empty((R, n_cols), dtype=torch.uint8, device=dev)
+        q = (cs, cc)
+    if R and n_cols:
+        launch_cached(mx_fp4_stored_qdq_kernel, triton.cdiv(R, br) * triton.cdiv(n_cols, bc),
+                      hit, None if INTERPRETED else 4, (codes, scales, out, cs, cc, R, n_cols),
+                      5, enable_fp_fusion=False)
+    return out, q
 
 
 def _i32(v: int) -> int:

@@ -43,7 +43,7 @@ def _fwd_bwd(m, x0, fast=True):
 def test_plan_covers_exactly_the_plain_rotated_and_sr_mx_recipes():
     took = {name for name, r in RECIPES.items() if M.fast_plan(r) is not None}
     assert took == {"mxfp4-f", "mxfp4-fd", "mxfp4-fdw", "mxfp4-fdw-h16", "mxfp4-fdw-rht",
-                    "mxfp4-fdw-sr"}, took
+                    "mxfp4-fdw-sr", "fp4-activations"}, took
     # a custom all-MXFP8 recipe qualifies, so do SR and a 16-point rotation; a 64-point
     # rotation, a rotation with a bf16 operand, or a forward copy does not
     base = get_recipe("mxfp4-fdw")
@@ -119,7 +119,7 @@ def test_one_launch_per_tensor_with_a_quantized_orientation(monkeypatch, recipe,
 
 
 @pytest.mark.parametrize("recipe", ["mxfp4-f", "mxfp4-fd", "mxfp4-fdw", "mxfp4-fdw-h16",
-                                    "mxfp4-fdw-rht", "mxfp4-fdw-sr"])
+                                    "mxfp4-fdw-rht", "mxfp4-fdw-sr", "fp4-activations"])
 @pytest.mark.parametrize("bias", [True, False])
 def test_fast_path_is_bit_identical_to_the_generic_path_in_fp32(recipe, bias):
     m = _pair(recipe, bias=bias)
@@ -444,3 +444,47 @@ def test_device_step_capture_passes_and_a_stale_step_fails(device_step):
     recs = _captured_checks(m, False)
     bad = {(r.gemm, r.operand) for r in recs if not r.ok and r.operand != "out"}
     assert bad == {("dgrad", "dy"), ("wgrad", "dy^T")}, bad
+
+
+def test_fp4_activations_saves_the_fp4_copy_not_the_wgrad_operand():
+    """The forward keeps x as packed MXFP4 codes + scales for the backward (and W's Dgrad
+    values), not a bf16 copy of x's Wgrad orientation."""
+    m = _pair("fp4-activations", bias=False)
+    saved = []
+
+    def pack(t):
+        saved.append((t.dtype, tuple(t.shape)))
+        return t
+    x = torch.randn(48, 64, requires_grad=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        y = m(x)
+    y.sum().backward()
+    assert (torch.uint8, (48, 32)) in saved and (torch.uint8, (48, 2)) in saved
+    assert not any(sh == (48, 64) for _, sh in saved), saved
+
+
+def test_fp4_activations_capture_checks_the_stored_copy_and_fails_on_a_planted_bug(monkeypatch):
+    m = _pair("fp4-activations")
+    recs = _captured_checks(m, True)
+    assert len(recs) == 10 and all(r.ok for r in recs), [r for r in recs if not r.ok]
+    assert any(r.operand == "x^T (stored activation)" for r in recs)
+    tf = M._triton_fast(torch.device("cpu"))
+    real = tf.quantize_fast
+
+    def rceil(t, fmt, profile="ocp", axis=-1, **kw):      # the copy under another scale rule
+        return real(t, fmt, "rceil" if fmt == "mxfp4" else profile, axis, **kw)
+    monkeypatch.setattr(tf, "quantize_fast", rceil)
+    M._X_CACHE.clear()
+    m = _pair("fp4-activations")
+    recs = _captured_checks(m, False)
+    bad = [r.operand for r in recs if not r.ok]
+    assert "x^T (stored activation)" in bad, [r for r in recs if not r.ok]
+
+
+def test_fp4_activations_with_an_odd_k_falls_back_to_the_generic_path():
+    torch.manual_seed(0)
+    m = MXLinear.from_linear(torch.nn.Linear(63, 32), "fp4-activations", backend="triton")
+    x0 = torch.randn(48, 63)
+    fast = _fwd_bwd(m, x0, True)
+    slow = _fwd_bwd(m, x0, False)
+    assert all(torch.equal(a, b) for a, b in zip(fast, slow) if a is not None)

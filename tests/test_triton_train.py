@@ -218,3 +218,39 @@ def test_device_step_bad_arguments_are_typed_errors(tt, kw, says):
     kw = {"step": torch.zeros(1, dtype=torch.int64), **kw}
     with pytest.raises(tt.KernelUnsupported, match=says):
         tt.qdq(torch.zeros(64, 64), "mxfp4", **kw)
+
+
+@pytest.mark.parametrize("fmt", ["mxfp8_e4m3", "mxfp8_e5m2", "mxfp4"])
+def test_fp4_stored_qdq_matches_mxref(tt, dev, fmt):
+    """From the packed MXFP4 copy of x along the rows to x's fake quantization down the
+    columns, against mxref's dequantize -> quantize(axis 0); NaN block, -0, subnormal and
+    tiny blocks, a ragged last block (C = 96 + 16)."""
+    from mxkernels.ops import kernels
+    tf = kernels(dev).modules["triton_fast"]
+    rng = np.random.default_rng(9)
+    C = 112
+    x = (rng.standard_normal((80, C)) * rng.choice([1e-3, 1.0, 40.0], (80, 1))).astype(
+        np.float32)
+    x[0, :32] = np.nan
+    x[1, 5] = -0.0
+    x[2, :] = 0.0
+    x[2, 7] = -0.0
+    x[3, :] = 2.0 ** -140
+    x[4, :32] = 2.0 ** -130
+    st = mxref.quantize(x, "mxfp4", "ocp", axis=-1)
+    s, c = tf.quantize_fast(torch.from_numpy(x).to(dev), "mxfp4", "ocp", -1, packed=True)
+    v, q = tt.qdq_fp4_stored(c, s, C, fmt, with_codes=True, out_dtype=torch.float32)
+    ref = mxref.quantize(np.ascontiguousarray(st.dequantize().astype(np.float32).T), fmt,
+                         "ocp", axis=-1)
+    assert np.array_equal(q[0].cpu().numpy().T, ref.scales)
+    assert np.array_equal(q[1].cpu().numpy().T, ref.codes)
+    assert _same_values(v.cpu(), np.ascontiguousarray(ref.dequantize().astype(np.float32).T))
+
+
+@pytest.mark.parametrize("args,says", [
+    ((torch.zeros(8, 4, dtype=torch.uint8), torch.zeros(8, 1, dtype=torch.uint8), 7), "even"),
+    ((torch.zeros(8, 4, dtype=torch.uint8), torch.zeros(8, 2, dtype=torch.uint8), 8), "needs codes"),
+    ((torch.zeros(8, 4), torch.zeros(8, 1, dtype=torch.uint8), 8), "uint8")])
+def test_fp4_stored_bad_arguments_are_typed_errors(tt, args, says):
+    with pytest.raises(tt.KernelUnsupported, match=says):
+        tt.qdq_fp4_stored(*args, "mxfp8_e4m3")

@@ -121,7 +121,8 @@ class MXLinear(torch.nn.Module):
                     if _resolve_backend(self.backend, x.device) == "triton" else None
                 self._plan_recipe = (self.recipe, self.backend, x.device.type)
             if self._plan is not None and (not self._plan["rotates"] or _fast_shapes_ok(
-                    self._plan, x.numel() // x.shape[-1], x.shape[-1], self.weight.shape[0])):
+                    self._plan, x.numel() // x.shape[-1], x.shape[-1], self.weight.shape[0])) \
+                    and (self._plan["store"] is None or x.shape[-1] % 2 == 0):
                 return _MXLinearFastFn.apply(x, self.weight, self.bias, self, self._plan)
         return _MXLinearFn.apply(x, self.weight, self.bias, self)
 
@@ -461,8 +462,12 @@ def fast_plan(recipe) -> dict | None:
 @functools.lru_cache(maxsize=64)
 def _fast_plan(recipe) -> dict | None:
     from mxkernels.triton_train import ROT_SIZES
-    if recipe.save_activations is not None:
+    if recipe.save_activations not in (None, "mxfp4"):
         return None
+    if recipe.save_activations is not None and (
+            recipe.wgrad.hadamard != "none" or not _plain(recipe.wgrad.b) or
+            recipe.wgrad.b.rounding != "rne"):
+        return None           # Wgrad's x is re-quantized from the FP4 copy: plain RNE only
     any_q = False
     for gemm in GEMMS:
         g = getattr(recipe, gemm)
@@ -489,6 +494,13 @@ def _fast_plan(recipe) -> dict | None:
     plan = {"x": (o("fprop", 0), o("wgrad", 1)), "w": (o("fprop", 1), o("dgrad", 1)),
             "dy": (o("dgrad", 0), o("wgrad", 0))}
     plan["rotates"] = any(o is not None and o.n for k in ("x", "w", "dy") for o in plan[k])
+    # FP4-stored activations: the forward keeps x as MXFP4 codes + scales along K (OCP, as
+    # the generic path's _store_activation) instead of its Wgrad orientation, which the
+    # backward fake-quantizes from the stored bytes (triton_train.qdq_fp4_stored)
+    plan["store"] = None
+    if recipe.save_activations is not None:
+        plan["store"] = plan["x"][1]
+        plan["x"] = (plan["x"][0], None)
     return plan
 
 
@@ -615,15 +627,23 @@ def _qdq(t: torch.Tensor, orients, want_q: bool, layer=None):
 _X_CACHE: dict = {}
 
 
-def _qdq_input(x: torch.Tensor, x2: torch.Tensor, orients, want_q: bool, layer):
+def _qdq_input(x: torch.Tensor, x2: torch.Tensor, orients, want_q: bool, layer,
+               store: bool = False):
+    """_qdq of the layer input plus, with ``store``, its MXFP4 copy along K (scales, packed
+    codes): (rows, cols, q, stored or None), shared by the layers that read the same x."""
     # a fused orientation's signs and SR stream depend on the layer and step
     dyn = tuple(_launch_args(o, layer) for o in orients if o is not None and o.fused)
-    key = (orients, dyn, x.shape, x.dtype, x.device)
+    key = (orients, dyn, store, x.shape, x.dtype, x.device)
     ref = _X_CACHE.get("ref")
     if not want_q and ref is not None and ref() is x and _X_CACHE["version"] == x._version \
             and _X_CACHE["key"] == key:
         return _X_CACHE["out"]
     out = _qdq(x2, orients, want_q, layer)
+    stored = None
+    if store:
+        with Q._section(x2.device):
+            stored = _triton_fast(x2.device).quantize_fast(x2, "mxfp4", "ocp", -1, packed=True)
+    out = (*out, stored)
     _X_CACHE.clear()
     if not want_q:
         _X_CACHE.update(ref=weakref.ref(x), version=x._version, key=key, out=out)
@@ -728,12 +748,13 @@ class _MXLinearFastFn(torch.autograd.Function):
         ac = torch.is_autocast_enabled(x.device.type)
         odt = torch.get_autocast_dtype(x.device.type) if ac else x.dtype
         bf = ac and odt == torch.bfloat16
-        xr, xc, qx = _qdq_input(x, x2, plan["x"], want, layer)
+        st = plan["store"]
+        xr, xc, qx, stored = _qdq_input(x, x2, plan["x"], want, layer, st is not None)
         wr, wc, qw = _qdq(weight, plan["w"], want, layer)
-        if xr is None or xc is None:
+        if xr is None or (xc is None and st is None):
             xh = _hp(x2, bf)
             xr = xh if xr is None else xr
-            xc = xh if xc is None else xc
+            xc = xh if xc is None and st is None else xc
         if wr is None or wc is None:
             wh = _hp(weight, bf)
             wr = wh if wr is None else wr
@@ -751,6 +772,9 @@ class _MXLinearFastFn(torch.autograd.Function):
             ctx.cap = (cap, qx, qw, x2.detach(), weight.detach())
         else:
             ctx.cap = None
+        ctx.k = x2.shape[-1]
+        if st is not None:          # x's Wgrad orientation comes back from the FP4 copy
+            ctx.save_for_backward(stored[0], stored[1], wc)
         ctx.layer = layer
         ctx.plan = plan
         ctx.autocast = bf
@@ -758,15 +782,28 @@ class _MXLinearFastFn(torch.autograd.Function):
         ctx.x_dtype = x.dtype
         ctx.w_dtype = weight.dtype
         ctx.has_bias = bias is not None
-        ctx.save_for_backward(xc, wc)
+        if st is None:
+            ctx.save_for_backward(xc, wc)
         return y.reshape(*shape[:-1], weight.shape[0])
 
     @staticmethod
     def backward(ctx, dy):
         _X_CACHE.clear()
-        xc, wc = ctx.saved_tensors
-        dy2 = dy.reshape(-1, dy.shape[-1])
         want = ctx.cap is not None
+        st = ctx.plan["store"]
+        qxs = xdeq = None
+        if st is None:
+            xc, wc = ctx.saved_tensors
+        else:
+            sc, cd, wc = ctx.saved_tensors
+            tt = Q.triton_module("triton_train", cd.device)
+            with Q._section(cd.device):
+                xc, qxs = tt.qdq_fp4_stored(cd, sc, ctx.k, st.spec.fmt, st.spec.profile,
+                                            with_codes=want)
+            if want:        # what the backward dequantized, for the stored-activation check
+                xdeq = _load_activation({"scales": sc, "codes": cd, "packed": True,
+                                         "k": ctx.k}, "mxfp4")
+        dy2 = dy.reshape(-1, dy.shape[-1])
         dyr, dyc, qd = _qdq(dy2, ctx.plan["dy"], want, ctx.layer)
         if dyr is None or dyc is None:
             dh = _hp(dy2, ctx.autocast)
@@ -788,11 +825,13 @@ class _MXLinearFastFn(torch.autograd.Function):
                 _rec_operand(dy2, _qpart(qd, True), True, dyr, _seed(p["dy"][0], lay)),
                 _rec_operand(w, _qpart(qw, False), False, wc, _seed(p["w"][1], lay)),
                 _np(_mm_out(dyr, wc)), r.dgrad)
+            xrec = _rec_operand(x2, _qpart(qx, False), False, xc, _seed(p["x"][1], lay)) \
+                if st is None else \
+                _rec_operand(xdeq, (None, None, qxs[0], qxs[1]), False, xc, None)
             cap["wgrad"] = _rec_gemm(
                 lay, "wgrad",
                 _rec_operand(dy2, _qpart(qd, False), False, dyc, _seed(p["dy"][1], lay)),
-                _rec_operand(x2, _qpart(qx, False), False, xc, _seed(p["x"][1], lay)),
-                _np(_mm_out(dyc.t(), xc)), r.wgrad)
+                xrec, _np(_mm_out(dyc.t(), xc)), r.wgrad)
             cap["complete"] = True
             ctx.layer._capture_done = cap
             ctx.layer._capture = None
