@@ -72,7 +72,7 @@ def capture() -> list:
     from mxkernels.training.mxlinear import MXLinear
     from mxkernels.training.validate import capture_next, check_capture
     out = []
-    for recipe in ("mxfp4-fdw-h16", "mxfp4-fdw-rht", "mxfp4-fdw-sr"):
+    for recipe in ("mxfp4-fdw-h16", "mxfp4-fdw-rht", "mxfp4-fdw-sr", "fp4-activations"):
         torch.manual_seed(0)
         lin = MXLinear(768, 2048, bias=False, recipe=recipe, backend="triton", device="cuda")
         lin.layer_id, lin.step = 3, 11

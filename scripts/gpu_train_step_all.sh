@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Every recipe's training step on one lent GPU, eager and (fast-path recipes) CUDA-graphed,
+# with the fused kernels' GPU checks and a profile (about 7 minutes).
+# Usage: scripts/gpu_train_step_all.sh OUTDIR  -> OUTDIR/train_step.tgz + the two tables
+set -uo pipefail
+OUT=${1:?usage: scripts/gpu_train_step_all.sh OUTDIR}
+R="$OUT/r"
+mkdir -p "$R"
+source "$(dirname "$0")/gpu_parts.sh"
+OUTER=$OUT
+OUT=$R
+part env 60 bash -c 'nvidia-smi; python -c "import torch, triton; \
+print(torch.__version__, triton.__version__, torch.cuda.get_device_name())"; git rev-parse HEAD'
+part kernel_tests 200 python -m pytest -q -p no:cacheprovider tests/test_triton_train.py -k cuda
+part fused_check 200 python scripts/gpu_fused_check.py "$R"
+ALL=bf16,mxfp4-fdw,mxfp4-fdw-h16,mxfp4-fdw-rht,mxfp4-fdw-sr,fp4-activations,nvfp4-te,quartet,ms-fp4,decomp-fixed
+FAST=bf16,mxfp4-fdw,mxfp4-fdw-h16,mxfp4-fdw-rht,mxfp4-fdw-sr,fp4-activations
+part bench_eager 300 python bench/train_step.py --model llama-125m --seq-len 1024 --batch-size 16 \
+  --recipes $ALL --steps 6 --warmup 2 --out "$R/bench"
+part bench_graph 200 python bench/train_step.py --model llama-125m --seq-len 1024 --batch-size 16 \
+  --recipes $FAST --steps 8 --warmup 2 --cuda-graph --out "$R/bench"
+part profile 150 python scripts/gpu_profile_step.py --model llama-125m --seq-len 1024 \
+  --batch-size 16 --recipes bf16,mxfp4-fdw-sr,fp4-activations,nvfp4-te --top 10
+cp "$R"/bench/*.md "$OUTER"/ 2>/dev/null
+tar -czf "$OUTER/train_step.tgz" -C "$R" .
+echo "failed parts: $fails"
+exit $fails
