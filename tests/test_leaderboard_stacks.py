@@ -505,3 +505,28 @@ def test_torchao_compiled_rceil_timing_entry_on_cpu():
     assert ok, why
     with pytest.raises(Unsupported):
         b.timed_quantize_mx(x, fmt="mxfp8_e4m3", profile="torchao_rceil", axis=0)
+
+
+# ---- skipped source dtypes ----------------------------------------------------------------------
+def _file(src, status, n=21, error=0):
+    return {"path": f"L0/quantize_mx/mxfp4__torchao_floor__{src}.arrow", "op": "quantize_mx",
+            "format": "mxfp4", "profile": "torchao_floor", "src_dtype": src, "status": status,
+            "pass": n if status == "pass" else 0, "mismatch": 0, "error": error}
+
+
+@pytest.mark.parametrize("files,ok,says", [
+    # torchao's backend takes no float16 source: its skipped file is not a failure
+    ([_file("bfloat16", "pass"), _file("float16", "skipped"), _file("float32", "pass", 22)],
+     True, "43 passing"),
+    # a skipped file of the workload's own source dtype (bf16) is
+    ([_file("bfloat16", "skipped"), _file("float32", "pass", 22)], False, "bfloat16"),
+    # passing float32 alone does not verify a bf16 workload
+    ([_file("float32", "pass", 22)], False, "source dtype bfloat16"),
+    # an error stays a failure whatever its dtype
+    ([_file("bfloat16", "pass"), _file("float16", "error", error=3)], False, "float16"),
+    ([_file("float16", "skipped")], False, "no passing")])
+def test_verified_skips_unclaimed_source_dtypes_only(files, ok, says):
+    from mxref.leaderboard.stacks import verified
+    rep = {"schema": "mxref-verify/1", "status": "pass", "files": files}
+    got, why = verified(rep, "mxfp4", "torchao_floor")
+    assert got is ok and says in why, why

@@ -200,7 +200,7 @@ def verified(report: dict, fmt: str, profile: str) -> tuple[bool, str]:
     """(ok, why): whether `report` passed and holds passing cases of quantize_mx / fmt /
     profile and no failing file of them (the rule submit applies to a record)."""
     from .submit import _covers
-    cases, bad = _covers(report, {"op": OP, "format": fmt, "profile": profile})
+    cases, bad = _covers(report, {"op": OP, "format": fmt, "profile": profile}, "bfloat16")
     if bad:
         return False, f"verify of {OP} {fmt} {profile}: " + "; ".join(bad[:2]) + \
             f" (report status {report.get('status')!r})"
