@@ -41,8 +41,10 @@ class _TorchaoCompiled(Backend):
         try:
             from importlib.metadata import version
             self.version = version("torchao")
-        except Exception:  # noqa: BLE001
-            self.version = "unavailable"
+        except Exception:  # noqa: BLE001 - no package metadata (a copy on PYTHONPATH) or absent
+            # (records made on 2026-11-27 say "unavailable" here for a metadata-less copy of
+            # torchao 0.18.0 that did run: the label never meant it was missing)
+            self.version = "version-unknown"
 
     def check_available(self) -> None:
         try:
