@@ -574,6 +574,9 @@ def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo
             else:
                 meta = ckpt.load_checkpoint(last, b.raw_model, b.optimizer, fp, device)
             start = int(meta["step"])
+            if cfg.cuda_graph:   # a loaded learning rate may come back as a host value
+                for g in b.optimizer.param_groups:
+                    g["lr"] = torch.tensor(float(g["lr"]), dtype=torch.float32, device=device)
     main = dist.is_main
     if main:
         out.mkdir(parents=True, exist_ok=True)
