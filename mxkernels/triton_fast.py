@@ -505,6 +505,20 @@ def _qdq_write(a, b, out_ptr, scale_ptr, code_ptr, out_offs, mask, rows, cols, r
 
 
 @triton.jit
+def _qdq_tile(n_rows, n_cols, BR: tl.constexpr, BC: tl.constexpr):
+    """A qdq program's tile: origin (r0, c0), its rows and columns, the in-bounds mask and the
+    int64 element offsets into a contiguous [n_rows, n_cols] array (the tile origin int64, the
+    in-tile part int32: the launchers keep BR * n_cols < 2^31)."""
+    r0, c0 = _tile_ids(n_rows, n_cols, BR, BC)
+    rows = r0 + tl.arange(0, BR)
+    cols = c0 + tl.arange(0, BC)
+    m = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
+    offs = (r0.to(tl.int64) * n_cols + c0) + \
+        ((rows - r0)[:, None] * n_cols + (cols - c0)[None, :])
+    return r0, c0, rows, cols, m, offs
+
+
+@triton.jit
 def mx_qdq_kernel(
         x_ptr, row_out_ptr, col_out_ptr, row_scale_ptr, row_code_ptr, col_scale_ptr,
         col_code_ptr, n_rows, n_cols,
@@ -518,20 +532,15 @@ def mx_qdq_kernel(
     dequantized values of the blocks along the rows (ROWS) and / or down the columns (COLS),
     written as [n_rows, n_cols] bf16 or fp32 (what a GEMM on dequantized tiles multiplies),
     plus, with WRITE_Q, the unpacked codes and row-major scales that quantize_dual writes."""
-    r0, c0 = _tile_ids(n_rows, n_cols, BR, BC)
-    rows = r0 + tl.arange(0, BR)
-    cols = c0 + tl.arange(0, BC)
+    r0, c0, rows, cols, m, offs = _qdq_tile(n_rows, n_cols, BR, BC)
     b, a = _load_tile(x_ptr, r0, c0, n_rows, n_cols, BR, BC, SRC)
-    m = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
-    offs = (rows - r0)[:, None] * n_cols + (cols - c0)[None, :]
-    base = r0.to(tl.int64) * n_cols + c0
     if ROWS:
-        _qdq_write(a, b, row_out_ptr, row_scale_ptr, row_code_ptr, base + offs, m, rows, cols,
+        _qdq_write(a, b, row_out_ptr, row_scale_ptr, row_code_ptr, offs, m, rows, cols,
                    r0, c0, n_rows, n_cols, 1, BR, BC, EL_MBITS, EL_EMIN, EL_EMAX, EL_MAXCODE,
                    EL_SIGNBIT, FILL, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE, SATURATE,
                    OUT_BF16, WRITE_Q, False, 0)
     if COLS:
-        _qdq_write(a, b, col_out_ptr, col_scale_ptr, col_code_ptr, base + offs, m, rows, cols,
+        _qdq_write(a, b, col_out_ptr, col_scale_ptr, col_code_ptr, offs, m, rows, cols,
                    r0, c0, n_rows, n_cols, 0, BR, BC, EL_MBITS, EL_EMIN, EL_EMAX, EL_MAXCODE,
                    EL_SIGNBIT, FILL, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE, SATURATE,
                    OUT_BF16, WRITE_Q, False, 0)

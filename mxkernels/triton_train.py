@@ -27,7 +27,7 @@ import triton.language as tl
 
 from mxkernels.triton_common import KernelUnsupported
 from mxkernels.triton_fast import (INTERPRETED, _OUT, _SRC, _check_local_offsets, _load_tile,
-                                   _prep, _qdq_write, _tile_ids, _tiles, launch_cached,
+                                   _prep, _qdq_tile, _qdq_write, _tiles, launch_cached,
                                    qdq_constexprs)
 from mxkernels.triton_rotate import _fwht
 from mxkernels.triton_sr import _philox4, _u32
@@ -159,20 +159,15 @@ def mx_qdq_train_kernel(
         step = tl.load(step_ptr)
     else:
         step = 0
-    r0, c0 = _tile_ids(n_rows, n_cols, BR, BC)
-    rows = r0 + tl.arange(0, BR)
-    cols = c0 + tl.arange(0, BC)
+    r0, c0, rows, cols, m, offs = _qdq_tile(n_rows, n_cols, BR, BC)
     b, a = _load_tile(x_ptr, r0, c0, n_rows, n_cols, BR, BC, SRC)
-    m = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
-    offs = (rows - r0)[:, None] * n_cols + (cols - c0)[None, :]
-    base = r0.to(tl.int64) * n_cols + c0
     if ROWS:
         rn: tl.constexpr = ROT_N if ROW_ROT else 0
         bo, ao, rb = _orientation(b, a, rows, cols, n_rows, n_cols, 1, BR, BC, rn, LOG2N,
                                   C_BITS, ROW_SIGNS, ROW_SR, row_sr_lo, row_sr_hi, row_sr_gs,
                                   row_sg_lo, row_sg_hi, row_sg_step, row_sg_tid, step,
                                   STEP_DEV)
-        _qdq_write(ao, bo, row_out_ptr, row_scale_ptr, row_code_ptr, base + offs, m, rows, cols,
+        _qdq_write(ao, bo, row_out_ptr, row_scale_ptr, row_code_ptr, offs, m, rows, cols,
                    r0, c0, n_rows, n_cols, 1, BR, BC, EL_MBITS, EL_EMIN, EL_EMAX, EL_MAXCODE,
                    EL_SIGNBIT, FILL, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE, SATURATE,
                    OUT_BF16, WRITE_Q, ROW_SR, rb)
@@ -182,7 +177,7 @@ def mx_qdq_train_kernel(
                                   C_BITS, COL_SIGNS, COL_SR, col_sr_lo, col_sr_hi, col_sr_gs,
                                   col_sg_lo, col_sg_hi, col_sg_step, col_sg_tid, step,
                                   STEP_DEV)
-        _qdq_write(ao, bo, col_out_ptr, col_scale_ptr, col_code_ptr, base + offs, m, rows, cols,
+        _qdq_write(ao, bo, col_out_ptr, col_scale_ptr, col_code_ptr, offs, m, rows, cols,
                    r0, c0, n_rows, n_cols, 0, BR, BC, EL_MBITS, EL_EMIN, EL_EMAX, EL_MAXCODE,
                    EL_SIGNBIT, FILL, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE, SATURATE,
                    OUT_BF16, WRITE_Q, COL_SR, rb)
@@ -231,14 +226,9 @@ def mx_fp4_stored_qdq_kernel(
     """Fake quantization, blocks down the columns, of an activation stored as MXFP4 along the
     rows (_fp4_stored_tile): the Wgrad operand of a recipe that keeps x as FP4 for the
     backward, from the stored bytes, in one pass."""
-    r0, c0 = _tile_ids(n_rows, n_cols, BR, BC)
-    rows = r0 + tl.arange(0, BR)
-    cols = c0 + tl.arange(0, BC)
+    r0, c0, rows, cols, m, offs = _qdq_tile(n_rows, n_cols, BR, BC)
     b = _fp4_stored_tile(code_ptr, scale_ptr, r0, c0, n_rows, n_cols, BR, BC)
-    m = (rows < n_rows)[:, None] & (cols < n_cols)[None, :]
-    offs = (rows - r0)[:, None] * n_cols + (cols - c0)[None, :]
-    base = r0.to(tl.int64) * n_cols + c0
-    _qdq_write(b & 0x7FFFFFFF, b, out_ptr, col_scale_ptr, col_code_ptr, base + offs, m, rows,
+    _qdq_write(b & 0x7FFFFFFF, b, out_ptr, col_scale_ptr, col_code_ptr, offs, m, rows,
                cols, r0, c0, n_rows, n_cols, 0, BR, BC, EL_MBITS, EL_EMIN, EL_EMAX, EL_MAXCODE,
                EL_SIGNBIT, FILL, EL_MAXSIG, EL_EVENTHR, EL_MAXF32, SCALE_RULE, SATURATE,
                OUT_BF16, WRITE_Q, False, 0)

@@ -261,8 +261,8 @@ def test_fast_path_validation_fails_on_a_wrong_value(monkeypatch):
     orientation) must fail the in-run check, naming the operand."""
     real = M._qdq
 
-    def bad(t, specs, want_q, layer=None):
-        r, c, q = real(t, specs, want_q, layer)
+    def bad(t, specs, want_q, *rest):
+        r, c, q = real(t, specs, want_q, *rest)
         r = r.clone()
         r.view(-1)[5] = -r.view(-1)[5] if r.view(-1)[5] != 0 else 1.0
         return r, c, q
@@ -281,9 +281,9 @@ def test_shared_input_is_quantized_once_and_recomputed_after_an_inplace_edit(mon
     calls = []
     real = M._qdq
 
-    def counting(t, specs, want_q, layer=None):
+    def counting(t, specs, want_q, *rest):
         calls.append(tuple(t.shape))
-        return real(t, specs, want_q, layer)
+        return real(t, specs, want_q, *rest)
 
     monkeypatch.setattr(M, "_qdq", counting)
     q, k = _pair(seed=1), _pair(seed=2)

@@ -557,13 +557,12 @@ def _launch_args(o: Orient, layer) -> tuple:
             (4 * int(layer.layer_id) + o.gemm) % 2**32), seed
 
 
-def _fused(t: torch.Tensor, o0, o1, layer, want_q: bool):
+def _fused(t: torch.Tensor, o0, o1, layer, want_q: bool, args=None):
     """_qdq for a tensor with a fused orientation: one triton_train.qdq launch when both
     orientations share format, profile and rotation size (or only one is quantized), else
-    one per orientation."""
+    one per orientation. ``args``: the orientations' _launch_args when the caller has them."""
     tt = Q.triton_module("triton_train", t.device)
-    a0 = _launch_args(o0, layer) if o0 is not None else None
-    a1 = _launch_args(o1, layer) if o1 is not None else None
+    a0, a1 = args if args is not None else _orient_args((o0, o1), layer)
     step = _DEV_STEP[0]
     with Q._section(t.device):
         if o0 is None or o1 is None or ((o0.spec.fmt, o0.spec.profile) ==
@@ -585,7 +584,12 @@ def _fused(t: torch.Tensor, o0, o1, layer, want_q: bool):
     return r, c, (None if not want_q else (qr[0], qr[1], qc[2], qc[3]))
 
 
-def _qdq(t: torch.Tensor, orients, want_q: bool, layer=None):
+def _orient_args(orients, layer) -> tuple:
+    """_launch_args of each orientation (None for an unquantized one)."""
+    return tuple(None if o is None else _launch_args(o, layer) for o in orients)
+
+
+def _qdq(t: torch.Tensor, orients, want_q: bool, layer=None, args=None):
     """(row values, col values, codes/scales or None) of t [R, C]: rows blocked along C per
     orients[0], columns blocked along R per orients[1]; None for an unquantized orientation
     (None) and no launch when neither is quantized; one launch when both use the same format
@@ -595,7 +599,7 @@ def _qdq(t: torch.Tensor, orients, want_q: bool, layer=None):
     if o0 is None and o1 is None:
         return None, None, None
     if (o0 is not None and o0.fused) or (o1 is not None and o1.fused):
-        return _fused(t, o0, o1, layer, want_q)
+        return _fused(t, o0, o1, layer, want_q, args)
     s0 = None if o0 is None else o0.spec
     s1 = None if o1 is None else o1.spec
     tf = _triton_fast(t.device)
@@ -631,14 +635,16 @@ def _qdq_input(x: torch.Tensor, x2: torch.Tensor, orients, want_q: bool, layer,
                store: bool = False):
     """_qdq of the layer input plus, with ``store``, its MXFP4 copy along K (scales, packed
     codes): (rows, cols, q, stored or None), shared by the layers that read the same x."""
-    # a fused orientation's signs and SR stream depend on the layer and step
-    dyn = tuple(_launch_args(o, layer) for o in orients if o is not None and o.fused)
+    # a fused orientation's signs and SR stream depend on the layer and step: they join the
+    # key, and the launch takes them from here
+    dyn = _orient_args(orients, layer) if any(o is not None and o.fused for o in orients) \
+        else None
     key = (orients, dyn, store, x.shape, x.dtype, x.device)
     ref = _X_CACHE.get("ref")
     if not want_q and ref is not None and ref() is x and _X_CACHE["version"] == x._version \
             and _X_CACHE["key"] == key:
         return _X_CACHE["out"]
-    out = _qdq(x2, orients, want_q, layer)
+    out = _qdq(x2, orients, want_q, layer, dyn)
     stored = None
     if store:
         with Q._section(x2.device):
@@ -773,8 +779,6 @@ class _MXLinearFastFn(torch.autograd.Function):
         else:
             ctx.cap = None
         ctx.k = x2.shape[-1]
-        if st is not None:          # x's Wgrad orientation comes back from the FP4 copy
-            ctx.save_for_backward(stored[0], stored[1], wc)
         ctx.layer = layer
         ctx.plan = plan
         ctx.autocast = bf
@@ -782,8 +786,8 @@ class _MXLinearFastFn(torch.autograd.Function):
         ctx.x_dtype = x.dtype
         ctx.w_dtype = weight.dtype
         ctx.has_bias = bias is not None
-        if st is None:
-            ctx.save_for_backward(xc, wc)
+        # with FP4 storage x's Wgrad orientation comes back from its MXFP4 copy
+        ctx.save_for_backward(*((xc, wc) if st is None else (stored[0], stored[1], wc)))
         return y.reshape(*shape[:-1], weight.shape[0])
 
     @staticmethod
