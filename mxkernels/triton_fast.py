@@ -868,11 +868,21 @@ def quantize_dequantize(x: torch.Tensor, fmt: str, profile="ocp", *, rows: bool 
     _check_local_offsets(br, C)
     nw = num_warps if num_warps is not None else (None if INTERPRETED else 4)
     ce = _qdq_ce(x.dtype, fmt, profile, rows, cols, with_codes, out_dtype, br, bc)
-    dev = x.device
+    rv, cv, q, outs = qdq_buffers(R, C, rows, cols, out_dtype, with_codes, x.device)
+    if R and C:
+        _launch_qdq(triton.cdiv(R, br) * triton.cdiv(C, bc), ce, nw, (bits, *outs, R, C))
+    return rv, cv, q
+
+
+def qdq_buffers(R: int, C: int, rows: bool, cols: bool, out_dtype, with_codes: bool, dev):
+    """(row values, col values, q, the six output pointers in launch order) of a qdq launch:
+    [R, C] values per orientation asked for; with codes, q = (row scales [R, ceil(C/32)], row
+    codes [R, C], col scales [ceil(R/32), C], col codes [R, C]), None where not asked. A
+    pointer the kernel never writes is a placeholder (another output)."""
     rv = torch.empty((R, C), dtype=out_dtype, device=dev) if rows else None
     cv = torch.empty((R, C), dtype=out_dtype, device=dev) if cols else None
-    q = None
     dummy = rv if rv is not None else cv
+    q = None
     ptrs = (dummy,) * 4
     if with_codes:
         q = (torch.empty((R, -(-C // 32)), dtype=torch.uint8, device=dev) if rows else None,
@@ -880,11 +890,7 @@ def quantize_dequantize(x: torch.Tensor, fmt: str, profile="ocp", *, rows: bool 
              torch.empty((-(-R // 32), C), dtype=torch.uint8, device=dev) if cols else None,
              torch.empty((R, C), dtype=torch.uint8, device=dev) if cols else None)
         ptrs = tuple(t if t is not None else dummy for t in q)
-    if R and C:
-        _launch_qdq(triton.cdiv(R, br) * triton.cdiv(C, bc), ce, nw,
-                    (bits, rv if rv is not None else dummy, cv if cv is not None else dummy,
-                     *ptrs, R, C))
-    return rv, cv, q
+    return rv, cv, q, (rv if rv is not None else dummy, cv if cv is not None else dummy, *ptrs)
 
 
 @memo

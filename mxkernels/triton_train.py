@@ -28,7 +28,7 @@ import triton.language as tl
 from mxkernels.triton_common import KernelUnsupported
 from mxkernels.triton_fast import (INTERPRETED, _OUT, _SRC, _check_local_offsets, _load_tile,
                                    _prep, _qdq_tile, _qdq_write, _tiles, launch_cached,
-                                   qdq_constexprs)
+                                   qdq_buffers, qdq_constexprs)
 from mxkernels.triton_rotate import _fwht
 from mxkernels.triton_sr import _philox4, _u32
 from mxref.rotate import inv_sqrt_n_bits
@@ -486,22 +486,10 @@ def qdq(x: torch.Tensor, fmt: str, profile="ocp", *, rows: bool = True, cols: bo
     ce = _ce((x.dtype, fmt, profile, bool(rows), bool(cols), bool(with_codes), out_dtype, br, bc,
               rot_n, row_rot, col_rot, rs[0], cs[0], row_sr is not None and rows,
               col_sr is not None and cols, sd))
-    dev = x.device
-    rv = torch.empty((R, C), dtype=out_dtype, device=dev) if rows else None
-    cv = torch.empty((R, C), dtype=out_dtype, device=dev) if cols else None
-    dummy = rv if rv is not None else cv
-    q = None
-    ptrs = (dummy,) * 4
-    if with_codes:
-        q = (torch.empty((R, -(-C // 32)), dtype=torch.uint8, device=dev) if rows else None,
-             torch.empty((R, C), dtype=torch.uint8, device=dev) if rows else None,
-             torch.empty((-(-R // 32), C), dtype=torch.uint8, device=dev) if cols else None,
-             torch.empty((R, C), dtype=torch.uint8, device=dev) if cols else None)
-        ptrs = tuple(t if t is not None else dummy for t in q)
+    rv, cv, q, outs = qdq_buffers(R, C, rows, cols, out_dtype, with_codes, x.device)
     if R and C:
         nw = None if INTERPRETED else 4
         launch_cached(mx_qdq_train_kernel, triton.cdiv(R, br) * triton.cdiv(C, bc), ce, nw,
-                      (bits, rv if rv is not None else dummy, cv if cv is not None else dummy,
-                       *ptrs, step if sd else bits, R, C, *rsr, *csr, *rs[1:], *cs[1:]), 8,
+                      (bits, *outs, step if sd else bits, R, C, *rsr, *csr, *rs[1:], *cs[1:]), 8,
                       enable_fp_fusion=False)
     return rv, cv, q
