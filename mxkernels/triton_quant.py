@@ -236,6 +236,16 @@ def nvfp4_tensor_scale_kernel(amax_ptr, consts_ptr, n_t, ORDER: tl.constexpr,
     offs = tl.program_id(0) * BLOCK_T + tl.arange(0, BLOCK_T)
     m = offs < n_t
     amax = tl.load(amax_ptr + offs, mask=m, other=0)
+    t, s_enc, sc6 = _nvfp4_tensor_consts(amax, ORDER, TWO_LEVEL)
+    tl.store(consts_ptr + offs * 3, t, mask=m)
+    tl.store(consts_ptr + offs * 3 + 1, s_enc, mask=m)
+    tl.store(consts_ptr + offs * 3 + 2, sc6, mask=m)
+
+
+@triton.jit
+def _nvfp4_tensor_consts(amax, ORDER: tl.constexpr, TWO_LEVEL: tl.constexpr):
+    """(T, S_enc, S_enc / 6) as fp32 bits of the tensor amaxes ``amax`` (fp32 bits): T is the
+    decode-side tensor scale; S_enc and S_enc / 6 only for the te order (0 otherwise)."""
     one = tl.full(amax.shape, _F32_ONE, tl.int32)
     sixth = _f32_div(one, tl.full(amax.shape, _F32_SIX, tl.int32))
     if not TWO_LEVEL:
@@ -254,9 +264,7 @@ def nvfp4_tensor_scale_kernel(amax_ptr, consts_ptr, n_t, ORDER: tl.constexpr,
             t = tl.where(amax == 0, one, tl.where(t == 0, 1, t))
         s_enc = t * 0
         sc6 = t * 0
-    tl.store(consts_ptr + offs * 3, t, mask=m)
-    tl.store(consts_ptr + offs * 3 + 1, s_enc, mask=m)
-    tl.store(consts_ptr + offs * 3 + 2, sc6, mask=m)
+    return t, s_enc, sc6
 
 
 @triton.jit

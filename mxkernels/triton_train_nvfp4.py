@@ -1,0 +1,512 @@
+"""Fused NVFP4 fake quantization for training recipes (two-level scaling: an fp32 tensor scale
+from the tensor's amax, E4M3 scales per 16-element block).
+
+``triton_train.qdq`` does one read per tile for MX formats, whose scales are local to a block.
+NVFP4's tensor scale needs the whole tensor's amax first, and each orientation has its own:
+the rows and the columns of an unrotated tensor share it, a rotated orientation takes the amax
+of the rotated values along its axis. So one :func:`qdq` is three launches:
+
+1. a memset of two int32 amax slots (rows, columns);
+2. ``nvfp4_train_amax_kernel``: each [BR, BC] tile, rotated per orientation as the qdq kernel
+   will rotate it (``triton_train._orientation``: Hadamard 16 / 32, signs none / mask /
+   Philox), reduced to the finite amax (Inf too where the profile keeps it) by atomic max;
+3. ``nvfp4_qdq_train_kernel``: per orientation the tensor constants from its amax
+   (``triton_quant._nvfp4_tensor_consts``, computed by every program; program 0 writes T),
+   the block scales (``triton_common._nvfp4_block_scales``), the E2M1 codes by the profile's op
+   order, rounded to nearest or stochastically with the words of ``mxref.random_bits`` (rows:
+   element (r, c) takes word r * C + c; columns, the operand x^T: word c * R + r), the same
+   helpers as ``triton_quant.nvfp4_quantize_kernel`` / ``triton_sr.nvfp4_quantize_sr_kernel``.
+
+The values written are e2m1 x e4m3 of each element (the tensor scale T left out: the GEMM
+multiplies its fp32 result by T_a T_b, as mxkernels.training.mxlinear's generic path and
+hardware do); every such product has at most 6 significant bits, so the bf16 output is exact.
+``with_codes`` also returns the E4M3 scale bytes and unpacked E2M1 codes: rows [R, C / 16] and
+[R, C], columns (blocks down each column) [R / 16, C] and [R, C]. R and C must be multiples of
+16 along a quantized orientation's block axis (ragged NVFP4 blocks are left to the generic
+path).
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from mxkernels.triton_common import (KernelUnsupported, _encode, _f32_div, _f32_min_pos,
+                                     _f32_mul, _f32_parts, _finish, _max_along,
+                                     _nvfp4_block_scales,
+                                     _round_sig, _F32_INF, _F32_MAX, _F32_ONE, _F32_QNAN)
+from mxkernels.triton_fast import (INTERPRETED, _OUT, _SRC, _check_local_offsets, _load_tile,
+                                   _prep, _qdq_tile, _tile_ids, _tiles, launch_cached)
+from mxkernels.triton_quant import (_element_value, _nvfp4_cast_input, _nvfp4_exact_quotient,
+                                    _nvfp4_tensor_consts, _to_f32, mx_constexprs)
+from mxkernels.triton_sr import _encode_sr, _round_sig_sr
+from mxkernels.triton_train import ROT_SIZES, _orientation, _seed_args, _sign_args
+from mxref.errors import MXRefError
+from mxref.formats import FORMATS
+from mxref.profiles import get_profile
+from mxref.rotate import inv_sqrt_n_bits
+
+__all__ = ["qdq", "supports", "nvfp4_train_constexprs", "KERNELS", "ARG_TYPES", "aot_specs",
+           "KernelUnsupported"]
+
+
+@triton.jit
+def _blocks(v, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
+    """[BR, BC] -> [BR * BC / 16, 16]: the 16-element blocks along AXIS (1: each row's, block
+    (r, j) at r * BC / 16 + j; 0: each column's, block (i, c) at i * BC + c) as rows."""
+    if AXIS == 1:
+        return tl.reshape(v, (BR * BC // 16, 16))
+    return tl.reshape(tl.permute(tl.reshape(v, (BR // 16, 16, BC)), (0, 2, 1)),
+                      (BR // 16 * BC, 16))
+
+
+@triton.jit
+def _unblocks(v, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
+    """The inverse of _blocks."""
+    if AXIS == 1:
+        return tl.reshape(v, (BR, BC))
+    return tl.reshape(tl.permute(tl.reshape(v, (BR // 16, BC, 16)), (0, 2, 1)), (BR, BC))
+
+
+@triton.jit
+def _amax_of(a, WITH_INF: tl.constexpr, FLUSH: tl.constexpr):
+    """The amax (fp32 bits) of the magnitudes ``a`` [BR, BC] as triton_quant.nvfp4_amax_kernel
+    takes it: finite values (and Inf with WITH_INF), flushed subnormals with FLUSH."""
+    if FLUSH:
+        a = tl.where(a < 0x800000, 0, a)
+    if WITH_INF:
+        keep = a <= _F32_INF
+    else:
+        keep = a < _F32_INF
+    return _max_along(_max_along(tl.where(keep, a, 0), 1), 0)
+
+
+@triton.jit(do_not_specialize=["row_sg_lo", "row_sg_hi", "row_sg_step", "row_sg_tid",
+                               "col_sg_lo", "col_sg_hi", "col_sg_step", "col_sg_tid"])
+def nvfp4_train_amax_kernel(
+        x_ptr, amax_ptr, step_ptr, n_rows, n_cols,
+        row_sg_lo, row_sg_hi, row_sg_step, row_sg_tid,
+        col_sg_lo, col_sg_hi, col_sg_step, col_sg_tid,
+        SRC: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr, BR: tl.constexpr,
+        BC: tl.constexpr, ROT_N: tl.constexpr, LOG2N: tl.constexpr, C_BITS: tl.constexpr,
+        ROW_ROT: tl.constexpr, COL_ROT: tl.constexpr, ROW_SIGNS: tl.constexpr,
+        COL_SIGNS: tl.constexpr, STEP_DEV: tl.constexpr, WITH_INF: tl.constexpr,
+        FLUSH: tl.constexpr):
+    """amax[0] (rows) and amax[1] (columns), zeroed by the launcher: the atomic max over the
+    tiles of each orientation's (rotated) magnitudes."""
+    if STEP_DEV:
+        step = tl.load(step_ptr)
+    else:
+        step = 0
+    r0, c0 = _tile_ids(n_rows, n_cols, BR, BC)
+    b, a = _load_tile(x_ptr, r0, c0, n_rows, n_cols, BR, BC, SRC)
+    if ROWS:
+        rn: tl.constexpr = ROT_N if ROW_ROT else 0
+        _, ao, _ = _orientation(b, a, 0, 0, n_rows, n_cols, 1, BR, BC, rn, LOG2N, C_BITS,
+                                ROW_SIGNS, False, 0, 0, 0, row_sg_lo, row_sg_hi, row_sg_step,
+                                row_sg_tid, step, STEP_DEV)
+        tl.atomic_max(amax_ptr, _amax_of(ao, WITH_INF, FLUSH))
+    if COLS:
+        cn: tl.constexpr = ROT_N if COL_ROT else 0
+        _, ao, _ = _orientation(b, a, 0, 0, n_rows, n_cols, 0, BR, BC, cn, LOG2N, C_BITS,
+                                COL_SIGNS, False, 0, 0, 0, col_sg_lo, col_sg_hi, col_sg_step,
+                                col_sg_tid, step, STEP_DEV)
+        tl.atomic_max(amax_ptr + 1, _amax_of(ao, WITH_INF, FLUSH))
+
+
+@triton.jit
+def _te_codes(b2, sc, t, SR: tl.constexpr, rb2, SIGNED_ZERO: tl.constexpr):
+    """E2M1 codes of the te order (x * min(fl(1 / fl(S T)), FLT_MAX), then RNE or SR,
+    satfinite) for the fp32 bits b2 [M, 16] of blocks with E4M3 codes sc [M]: the code
+    triton_common._encode / triton_sr._encode_sr give, with the element product on the FPU.
+
+    The product y = fl(x * inv) is one IEEE multiply (RNE) per element; inv is per block, in
+    integers (_f32_div, _f32_mul). No subnormal ever meets the FPU (it may flush them): a
+    subnormal x enters as |x| 2^24 (its integer significand converted, times 2^-125) and a
+    product >= 2^-102 comes back times 2^-24 (exact: normal); a product below 2^-126 rounds
+    to a signed zero in E2M1 (quantum 0.5; SR: floor(rest / q 2^32) = 0 below 2^-33), so all
+    that matters there is whether fl(x * inv) is 0 (exact product <= 2^-150, a tie going to
+    even 0) or not, decided on the integer significands; such lanes take 0 or the smallest
+    subnormal. RNE: f = fl(y + m) - m
+    with m = 2^(max(e_y, 0) + 22) (the quantum of y's binade, triton_fast._qdq_orient's step);
+    y is clamped at 6.0 first (everything above saturates there; no m overflows). SR: the same
+    integer rule as _qdq_orient's SR branch (MBITS 1, EMIN 0). The code is then read off the
+    magnitude, saturated at 7 (6.0), signed as _finish does, NaN -> 0."""
+    s_neg, ss, es, s_nan, _ = _element_value(sc, False, 3, -6, 7, 7, 0x7F, -1)
+    sval = tl.where(s_nan, _F32_QNAN, _to_f32(s_neg, ss, es))
+    inv = _f32_min_pos(_f32_div(tl.full(sval.shape, _F32_ONE, tl.int32), _f32_mul(sval, t)),
+                       tl.full(sval.shape, _F32_MAX, tl.int32))
+    ax = b2 & 0x7FFFFFFF
+    sub = ax < 0x800000                                   # subnormal or zero input
+    xs = tl.where(sub, ax.to(tl.float32) * 2.350988701644575e-38,      # |x| 2^24 (2^-125)
+                  ax.to(tl.float32, bitcast=True))
+    yp = (xs * inv.to(tl.float32, bitcast=True)[:, None]).to(tl.int32, bitcast=True)
+    normal = yp >= tl.where(sub, 0x0C800000, 0x800000)    # 2^-102 (scaled), 2^-126
+    yn = tl.where(sub, ((yp.to(tl.float32, bitcast=True) * 5.960464477539063e-08)   # 2^-24
+                        .to(tl.int32, bitcast=True)), yp)
+    sx, ex = _f32_parts(tl.where(ax >= _F32_INF, 1, ax))
+    si, ei = _f32_parts(inv)
+    k = -150 - (ex + ei[:, None])                         # fl(x inv) != 0 iff sx si > 2^k
+    prod = sx.to(tl.int64) * si.to(tl.int64)[:, None]
+    nz = tl.where(k < 0, prod > 0,
+                  (k < 48) & (prod > (tl.full(prod.shape, 1, tl.int64) <<
+                                      tl.minimum(tl.maximum(k, 0), 47).to(tl.int64))))
+    ay = tl.where(normal, yn, nz.to(tl.int32))
+    neg = (b2 >> 31) & 1
+    if SR:
+        e = ay >> 23
+        ebq = tl.maximum(e, 127)
+        r = 22 + (ebq - e)
+        sig = ((ay & 0x7FFFFF) | 0x800000).to(tl.uint32, bitcast=True)
+        nq = tl.where(r < 25, sig >> tl.minimum(r, 24).to(tl.uint32), 0)
+        fr = tl.where(r <= 32, sig << tl.maximum(32 - r, 0).to(tl.uint32),
+                      sig >> tl.minimum(tl.maximum(r - 32, 0), 31).to(tl.uint32))
+        up = (fr + rb2) < fr                                  # uint32 carry out of the add
+        nq = tl.where(e == 0, 0, nq.to(tl.int32) + up.to(tl.int32))
+        code = tl.minimum(nq + ((ebq - 127) << 1), 7)
+    else:
+        ac = tl.minimum(ay, 0x40C00000)       # 6.0 and above (Inf too) saturate to 6
+        tb = tl.maximum(ac & 0x7F800000, 127 << 23)
+        mf = (tb + (22 << 23)).to(tl.float32, bitcast=True)
+        mag = ((ac.to(tl.float32, bitcast=True) + mf) - mf).to(tl.int32, bitcast=True)
+        # 0 -> 0, 0.5 -> 1, (1 + m/2) 2^e -> 2 + 2e + m (e = 0, 1, 2), saturated at 7
+        code = tl.where(mag == 0, 0, tl.where(
+            mag < 0x3F800000, 1, 2 + 2 * ((mag >> 23) - 127) + ((mag >> 22) & 1)))
+        code = tl.minimum(code, 7)
+    if SIGNED_ZERO == 0:          # preserve
+        sgn = neg
+    elif SIGNED_ZERO == 1:        # an exact -0.0 product -> +0, an underflow keeps -0
+        sgn = tl.where((code == 0) & (ay == 0), 0, neg)
+    else:                         # never negative
+        sgn = tl.where(code == 0, 0, neg)
+    code = code | (sgn << 3)
+    return tl.where(ay > _F32_INF, 0, code)
+
+
+@triton.jit
+def _nvfp4_write(b, a, rb, k, amax_ptr, ts_ptr, out_ptr, scale_ptr, code_ptr, offs, m, rows,
+                 cols, r0, c0, n_rows, n_cols, AXIS: tl.constexpr, BR: tl.constexpr,
+                 BC: tl.constexpr, OUT_BF16: tl.constexpr, WRITE_Q: tl.constexpr,
+                 SR: tl.constexpr, ORDER: tl.constexpr, TWO_LEVEL: tl.constexpr,
+                 SCALE_MIN_TINY: tl.constexpr, ROUNDING: tl.constexpr, OVERFLOW: tl.constexpr,
+                 NAN_POISON: tl.constexpr, INF_POISON: tl.constexpr,
+                 SIGNED_ZERO: tl.constexpr, FLUSH: tl.constexpr):
+    """One orientation (amax slot k) of the tile: the NVFP4 block scales and codes of the
+    (rotated) fp32 bits b, as nvfp4_quantize_kernel / nvfp4_quantize_sr_kernel compute them,
+    then e2m1 x e4m3 per element written to out_ptr (bf16 or fp32)."""
+    am = tl.load(amax_ptr + k + tl.arange(0, 1))
+    t, _, sc6 = _nvfp4_tensor_consts(am, ORDER, TWO_LEVEL)
+    if tl.program_id(0) == 0:
+        tl.store(ts_ptr + k + tl.arange(0, 1), t)
+    b2 = _blocks(b, AXIS, BR, BC)
+    a2 = _blocks(a, AXIS, BR, BC)
+    if FLUSH:                        # amax and the exact order see flushed inputs
+        a2 = tl.where(a2 < 0x800000, 0, a2)
+    sc, poison = _nvfp4_block_scales(a2, t, sc6, NAN_POISON, INF_POISON, ORDER, TWO_LEVEL,
+                                     SCALE_MIN_TINY)
+    if ORDER == 1 and OVERFLOW == 0 and (SR or ROUNDING == 0) and not FLUSH:
+        code = _te_codes(b2, sc, t, SR, _blocks(rb, AXIS, BR, BC) if SR else 0, SIGNED_ZERO)
+    elif SR:
+        rb2 = _blocks(rb, AXIS, BR, BC)
+        if ORDER == 0:
+            q, e, _ = _nvfp4_exact_quotient(a2, sc, t, 38)
+            code, huge = _round_sig_sr(q, e, rb2, 1, 0, 1, False)
+            code = tl.where((a2 == 0) | (sc[:, None] == 0), 0, code)
+            code = _finish(code, huge, (b2 >> 31) & 1, a2, False, 7, 3, -1, -1, OVERFLOW,
+                           SIGNED_ZERO, False)
+        else:
+            y = _nvfp4_cast_input(b2, sc, t, ORDER, TWO_LEVEL)
+            code = _encode_sr(y, 0, rb2, False, 1, 0, 1, 7, 3, -1, -1, OVERFLOW, SIGNED_ZERO,
+                              FLUSH, False)
+    else:
+        if ORDER == 0:
+            q, e, sticky = _nvfp4_exact_quotient(a2, sc, t, 36)
+            code, huge = _round_sig(q, e, sticky, 1, 0, 1, False, ROUNDING, False)
+            code = tl.where((a2 == 0) | (sc[:, None] == 0), 0, code)
+            code = _finish(code, huge, (b2 >> 31) & 1, a2, False, 7, 3, -1, -1, OVERFLOW,
+                           SIGNED_ZERO, False)
+        else:
+            y = _nvfp4_cast_input(b2, sc, t, ORDER, TWO_LEVEL)
+            code = _encode(y, 0, False, 1, 0, 1, 7, 3, -1, -1, ROUNDING, OVERFLOW, SIGNED_ZERO,
+                           FLUSH, False)
+    code = tl.where(poison[:, None], 0, code)
+    byte = tl.where(poison, 0x7F, sc)
+    # e2m1 x e4m3 as fp32 (exact): the E2M1 magnitude 0, 0.5 or (1 + m / 2) 2^(e - 1); the
+    # E4M3 scale (8 + m) 2^(e - 10), or m 2^-9 for e = 0, NaN for 0x7F
+    mag = code & 7
+    ee = mag >> 1
+    el = tl.where(ee == 0, (mag & 1) * 0x3F000000, ((ee + 126) << 23) | ((mag & 1) << 22))
+    se = (byte >> 3) & 0xF
+    sm = byte & 7
+    sub = (sm.to(tl.float32) * 0.001953125).to(tl.int32, bitcast=True)       # m * 2^-9
+    sv = tl.where(se == 0, sub, ((se + 120) << 23) | (sm << 20))
+    v = el.to(tl.float32, bitcast=True) * sv.to(tl.float32, bitcast=True)[:, None]
+    vb = v.to(tl.int32, bitcast=True) | ((code & 8) << 28)
+    vb = tl.where((byte == 0x7F)[:, None], 0x7FC00000, vb)
+    vb = _unblocks(vb, AXIS, BR, BC)
+    if OUT_BF16:     # RNE with integer ops; every value here is exact in bf16 or the NaN
+        hb = ((vb + 0x7FFF + ((vb >> 16) & 1)) >> 16) & 0xFFFF
+        tl.store(out_ptr + offs, hb.to(tl.int16).to(tl.bfloat16, bitcast=True), mask=m)
+    else:
+        tl.store(out_ptr + offs, vb.to(tl.float32, bitcast=True), mask=m)
+    if WRITE_Q:
+        tl.store(code_ptr + offs, _unblocks(code, AXIS, BR, BC).to(tl.uint8), mask=m)
+        if AXIS == 1:       # scales [n_rows, n_cols / 16]
+            j = c0 // 16 + tl.arange(0, BC // 16)
+            so = rows.to(tl.int64)[:, None] * (n_cols // 16) + j[None, :]
+            sm_ = (rows < n_rows)[:, None] & (j < n_cols // 16)[None, :]
+            tl.store(scale_ptr + so, tl.reshape(byte, (BR, BC // 16)).to(tl.uint8), mask=sm_)
+        else:               # scales [n_rows / 16, n_cols]
+            i = r0 // 16 + tl.arange(0, BR // 16)
+            so = i.to(tl.int64)[:, None] * n_cols + cols[None, :]
+            sm_ = (i < n_rows // 16)[:, None] & (cols < n_cols)[None, :]
+            tl.store(scale_ptr + so, tl.reshape(byte, (BR // 16, BC)).to(tl.uint8), mask=sm_)
+
+
+@triton.jit(do_not_specialize=["row_sr_lo", "row_sr_hi", "row_sr_gs", "col_sr_lo",
+                               "col_sr_hi", "col_sr_gs", "row_sg_lo", "row_sg_hi",
+                               "row_sg_step", "row_sg_tid", "col_sg_lo", "col_sg_hi",
+                               "col_sg_step", "col_sg_tid"])
+def nvfp4_qdq_train_kernel(
+        x_ptr, amax_ptr, ts_ptr, row_out_ptr, col_out_ptr, row_scale_ptr, row_code_ptr,
+        col_scale_ptr, col_code_ptr, step_ptr, n_rows, n_cols,
+        row_sr_lo, row_sr_hi, row_sr_gs, col_sr_lo, col_sr_hi, col_sr_gs,
+        row_sg_lo, row_sg_hi, row_sg_step, row_sg_tid,
+        col_sg_lo, col_sg_hi, col_sg_step, col_sg_tid,
+        SRC: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr, WRITE_Q: tl.constexpr,
+        OUT_BF16: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+        ROT_N: tl.constexpr, LOG2N: tl.constexpr, C_BITS: tl.constexpr,
+        ROW_ROT: tl.constexpr, COL_ROT: tl.constexpr, ROW_SIGNS: tl.constexpr,
+        COL_SIGNS: tl.constexpr, ROW_SR: tl.constexpr, COL_SR: tl.constexpr,
+        STEP_DEV: tl.constexpr, ORDER: tl.constexpr, TWO_LEVEL: tl.constexpr,
+        SCALE_MIN_TINY: tl.constexpr, ROUNDING: tl.constexpr, OVERFLOW: tl.constexpr,
+        NAN_POISON: tl.constexpr, INF_POISON: tl.constexpr, SIGNED_ZERO: tl.constexpr,
+        FLUSH: tl.constexpr):
+    """NVFP4 fake quantization of each tile per orientation (rotation and SR as
+    triton_train.mx_qdq_train_kernel; the amaxes from nvfp4_train_amax_kernel); ts[0] / ts[1]
+    get the rows' / columns' decode-side tensor scale T (fp32 bits)."""
+    if STEP_DEV:
+        step = tl.load(step_ptr)
+    else:
+        step = 0
+    r0, c0, rows, cols, m, offs = _qdq_tile(n_rows, n_cols, BR, BC)
+    b, a = _load_tile(x_ptr, r0, c0, n_rows, n_cols, BR, BC, SRC)
+    if ROWS:
+        rn: tl.constexpr = ROT_N if ROW_ROT else 0
+        bo, ao, rb = _orientation(b, a, rows, cols, n_rows, n_cols, 1, BR, BC, rn, LOG2N,
+                                  C_BITS, ROW_SIGNS, ROW_SR, row_sr_lo, row_sr_hi, row_sr_gs,
+                                  row_sg_lo, row_sg_hi, row_sg_step, row_sg_tid, step,
+                                  STEP_DEV)
+        _nvfp4_write(bo, ao, rb, 0, amax_ptr, ts_ptr, row_out_ptr, row_scale_ptr, row_code_ptr,
+                     offs, m, rows, cols, r0, c0, n_rows, n_cols, 1, BR, BC, OUT_BF16, WRITE_Q,
+                     ROW_SR, ORDER, TWO_LEVEL, SCALE_MIN_TINY, ROUNDING, OVERFLOW, NAN_POISON,
+                     INF_POISON, SIGNED_ZERO, FLUSH)
+    if COLS:
+        cn: tl.constexpr = ROT_N if COL_ROT else 0
+        bo, ao, rb = _orientation(b, a, rows, cols, n_rows, n_cols, 0, BR, BC, cn, LOG2N,
+                                  C_BITS, COL_SIGNS, COL_SR, col_sr_lo, col_sr_hi, col_sr_gs,
+                                  col_sg_lo, col_sg_hi, col_sg_step, col_sg_tid, step,
+                                  STEP_DEV)
+        _nvfp4_write(bo, ao, rb, 1, amax_ptr, ts_ptr, col_out_ptr, col_scale_ptr, col_code_ptr,
+                     offs, m, rows, cols, r0, c0, n_rows, n_cols, 0, BR, BC, OUT_BF16, WRITE_Q,
+                     COL_SR, ORDER, TWO_LEVEL, SCALE_MIN_TINY, ROUNDING, OVERFLOW, NAN_POISON,
+                     INF_POISON, SIGNED_ZERO, FLUSH)
+
+
+KERNELS = {"nvfp4_train_amax": nvfp4_train_amax_kernel,
+           "nvfp4_qdq_train": nvfp4_qdq_train_kernel}
+_INTS = ("row_sr_lo", "row_sr_hi", "row_sr_gs", "col_sr_lo", "col_sr_hi", "col_sr_gs",
+         "row_sg_lo", "row_sg_hi", "row_sg_step", "row_sg_tid", "col_sg_lo", "col_sg_hi",
+         "col_sg_step", "col_sg_tid")
+ARG_TYPES = {
+    "nvfp4_train_amax": {"x_ptr": "SRC", "amax_ptr": "*i32", "step_ptr": "*i64",
+                         "n_rows": "i32", "n_cols": "i32",
+                         **{k: "i32" for k in _INTS if "_sg_" in k}},
+    "nvfp4_qdq_train": {"x_ptr": "SRC", "amax_ptr": "*i32", "ts_ptr": "*i32",
+                        "row_out_ptr": "OUT", "col_out_ptr": "OUT", "row_scale_ptr": "*u8",
+                        "row_code_ptr": "*u8", "col_scale_ptr": "*u8", "col_code_ptr": "*u8",
+                        "step_ptr": "*i64", "n_rows": "i32", "n_cols": "i32",
+                        **{k: "i32" for k in _INTS}}}
+_SRC_KIND = {"float32": 0, "bfloat16": 1, "float16": 2}
+
+
+def supports(profile) -> bool:
+    """Whether :func:`qdq` implements the NVFP4 profile: one tensor scale per tensor and 1 x 16
+    blocks (not te_nvfp4_row / te_nvfp4_2d), a deterministic rounding (SR is asked for per
+    orientation)."""
+    try:
+        _profile_ce(profile)
+    except (KernelUnsupported, MXRefError, KeyError, ValueError):
+        return False
+    return True
+
+
+def _profile_ce(profile) -> dict:
+    pr = get_profile(profile)
+    pr.check_format(FORMATS["nvfp4"])
+    if pr.nvfp4_amax_scope != "tensor" or pr.nvfp4_tile_2d:
+        raise KernelUnsupported(f"profile {pr.name!r}: qdq implements one tensor scale per "
+                                "tensor and 1 x 16 blocks")
+    if pr.rounding == "stochastic":
+        raise KernelUnsupported(f"profile {pr.name!r} rounds stochastically: pass a "
+                                "deterministic profile and row_sr / col_sr")
+    if pr.ragged != "zero_pad" and pr.ragged != "error":
+        raise KernelUnsupported(f"profile {pr.name!r}: ragged={pr.ragged!r}")
+    ce = mx_constexprs("nvfp4_quantize", "nvfp4", pr, "float32")
+    ca = mx_constexprs("nvfp4_amax", "nvfp4", pr, "float32")
+    return {"ORDER": ce["ORDER"], "TWO_LEVEL": ce["TWO_LEVEL"],
+            "SCALE_MIN_TINY": ce["SCALE_MIN_TINY"], "ROUNDING": ce["ROUNDING"],
+            "OVERFLOW": ce["OVERFLOW"], "NAN_POISON": ce["NAN_POISON"],
+            "INF_POISON": ce["INF_POISON"], "SIGNED_ZERO": ce["SIGNED_ZERO"],
+            "FLUSH": ce["FLUSH"], "WITH_INF": ca["WITH_INF"]}
+
+
+def nvfp4_train_constexprs(profile, src, *, rows, cols, with_codes, out_dtype, br, bc, rot_n,
+                           row_rot, col_rot, row_signs, col_signs, row_sr, col_sr,
+                           step_dev=False) -> tuple[dict, dict]:
+    """(constexprs of nvfp4_train_amax_kernel, of nvfp4_qdq_train_kernel)."""
+    p = _profile_ce(profile)
+    rot = dict(ROT_N=rot_n, LOG2N=rot_n.bit_length() - 1 if rot_n else 0,
+               C_BITS=inv_sqrt_n_bits(rot_n) if rot_n else 0, ROW_ROT=bool(row_rot),
+               COL_ROT=bool(col_rot), ROW_SIGNS=row_signs, COL_SIGNS=col_signs,
+               STEP_DEV=bool(step_dev))
+    base = dict(SRC=_SRC_KIND[src], ROWS=bool(rows), COLS=bool(cols), BR=br, BC=bc, **rot)
+    amax = dict(base, WITH_INF=p["WITH_INF"], FLUSH=p["FLUSH"])
+    q = dict(base, WRITE_Q=bool(with_codes), OUT_BF16=out_dtype == "bfloat16",
+             ROW_SR=bool(row_sr), COL_SR=bool(col_sr),
+             **{k: v for k, v in p.items() if k != "WITH_INF"})
+    return amax, q
+
+
+_CE: dict = {}
+
+
+def _ce(key):
+    hit = _CE.get(key)
+    if hit is None:
+        dtype, profile, rows, cols, wq, odt, br, bc, rn, rr, cr, rs, cs, rsr, csr, sd = key
+        src = {0: "float32", 1: "bfloat16", 2: "float16"}[_SRC[dtype]]
+        ca, cq = nvfp4_train_constexprs(profile, src, rows=rows, cols=cols, with_codes=wq,
+                                        out_dtype=_OUT[odt], br=br, bc=bc, rot_n=rn,
+                                        row_rot=rr, col_rot=cr, row_signs=rs, col_signs=cs,
+                                        row_sr=rsr, col_sr=csr, step_dev=sd)
+        out = []
+        for kern, ce in ((nvfp4_train_amax_kernel, ca), (nvfp4_qdq_train_kernel, cq)):
+            names = kern.arg_names
+            nrt = len(names) - len(ce)
+            if set(names[nrt:]) != set(ce):
+                raise KeyError(f"{kern.fn.__name__}'s constexprs {names[nrt:]} are not "
+                               f"nvfp4_train_constexprs' {sorted(ce)}")
+            out.append((ce, tuple(ce[n] for n in names[nrt:])))
+        hit = _CE[key] = tuple(out)
+    return hit
+
+
+def qdq(x: torch.Tensor, profile="te_nvfp4", *, rows: bool = True, cols: bool = False,
+        out_dtype: torch.dtype = torch.bfloat16, with_codes: bool = False, rot_n: int = 0,
+        row_signs=None, col_signs=None, row_sr=None, col_sr=None,
+        row_rot: bool | None = None, col_rot: bool | None = None,
+        step: torch.Tensor | None = None):
+    """NVFP4 fake quantization of a 2-D tensor x [R, C]: ``(row_values, col_values, q, ts)``.
+
+    Per orientation asked for (rows: blocks of 16 along C, the operand x; cols: blocks of 16
+    down each column, the operand x^T), with the rotation, signs, SR seeds and device step of
+    ``triton_train.qdq``: the values e2m1 x e4m3 (bf16 or fp32) of ``mxref.quantize(rotate(x),
+    'nvfp4', profile, rand_bits=...)`` along that orientation, its own tensor scale from the
+    (rotated) orientation's amax. ts: float32 [2], the decode-side tensor scales T of the rows
+    and of the columns (dequantized = values x T; a slot not asked for is left unwritten). q:
+    None, or with ``with_codes`` (row scales [R, C / 16], row codes [R, C], col scales
+    [R / 16, C], col codes [R, C]) as uint8 (E4M3 bytes, E2M1 codes), None where not asked."""
+    x, bits = _prep(x)
+    if out_dtype not in _OUT:
+        raise KernelUnsupported(f"out_dtype {out_dtype}: qdq writes bfloat16 or float32")
+    if not (rows or cols):
+        raise KernelUnsupported("qdq: ask for rows, cols or both")
+    if rot_n not in (0,) + ROT_SIZES:
+        raise KernelUnsupported(f"rot_n={rot_n!r}: 0 or one of {ROT_SIZES}")
+    row_rot = bool(rot_n) if row_rot is None else bool(row_rot) and bool(rot_n)
+    col_rot = bool(rot_n) if col_rot is None else bool(col_rot) and bool(rot_n)
+    R, C = x.shape
+    if rows and C % 16:
+        raise KernelUnsupported(f"NVFP4 rows: {C} columns is not a multiple of 16")
+    if cols and R % 16:
+        raise KernelUnsupported(f"NVFP4 columns: {R} rows is not a multiple of 16")
+    if rows and row_rot and C % rot_n:
+        raise KernelUnsupported(f"rows rotated in blocks of {rot_n}: {C} columns is not a "
+                                "multiple")
+    if cols and col_rot and R % rot_n:
+        raise KernelUnsupported(f"columns rotated in blocks of {rot_n}: {R} rows is not a "
+                                "multiple")
+    sd = step is not None
+    if sd and not (isinstance(step, torch.Tensor) and step.dtype == torch.int64 and
+                   step.numel() >= 1 and step.device == x.device):
+        raise KernelUnsupported(f"step must be an int64 tensor on {x.device} holding the step, "
+                                f"got {step!r}")
+    rs = _sign_args(row_signs if rows and row_rot else None, rot_n, sd)
+    cs = _sign_args(col_signs if cols and col_rot else None, rot_n, sd)
+    rsr = _seed_args(row_sr if rows else None, sd)
+    csr = _seed_args(col_sr if cols else None, sd)
+    br, bc = _tiles(R, C, None, None, None, True)
+    br, bc = max(br, 16, rot_n), max(bc, 16, rot_n)
+    _check_local_offsets(br, C)
+    if ((rows and row_sr is not None) or (cols and col_sr is not None)) and \
+            (R + br) * max(C, 1) >= 2**31:
+        raise KernelUnsupported(f"stochastic rounding of {R} x {C}: the word index is int32 "
+                                "(R * C < 2^31)")
+    (ca, cq) = _ce((x.dtype, profile if isinstance(profile, str) else get_profile(profile).name,
+                    bool(rows), bool(cols), bool(with_codes), out_dtype, br, bc, rot_n, row_rot,
+                    col_rot, rs[0], cs[0], row_sr is not None and rows,
+                    col_sr is not None and cols, sd))
+    dev = x.device
+    rv = torch.empty((R, C), dtype=out_dtype, device=dev) if rows else None
+    cv = torch.empty((R, C), dtype=out_dtype, device=dev) if cols else None
+    ts = torch.ones(2, dtype=torch.float32, device=dev)      # T = 1 for an empty tensor
+    amax = torch.zeros(2, dtype=torch.int32, device=dev)
+    dummy = rv if rv is not None else cv
+    q = None
+    ptrs = (dummy,) * 4
+    if with_codes:
+        q = (torch.empty((R, C // 16), dtype=torch.uint8, device=dev) if rows else None,
+             torch.empty((R, C), dtype=torch.uint8, device=dev) if rows else None,
+             torch.empty((R // 16, C), dtype=torch.uint8, device=dev) if cols else None,
+             torch.empty((R, C), dtype=torch.uint8, device=dev) if cols else None)
+        ptrs = tuple(t if t is not None else dummy for t in q)
+    if R and C:
+        nw = None if INTERPRETED else 4
+        grid = triton.cdiv(R, br) * triton.cdiv(C, bc)
+        stp = step if sd else bits
+        launch_cached(nvfp4_train_amax_kernel, grid, ca, nw,
+                      (bits, amax, stp, R, C, *rs[1:], *cs[1:]), 3, enable_fp_fusion=False)
+        launch_cached(nvfp4_qdq_train_kernel, grid, cq, nw,
+                      (bits, amax, ts.view(torch.int32), dummy if rv is None else rv,
+                       dummy if cv is None else cv, *ptrs, stp, R, C, *rsr, *csr, *rs[1:],
+                       *cs[1:]), 10, enable_fp_fusion=False)
+    return rv, cv, q, ts
+
+
+def aot_specs():
+    """[(id, jitfn, signature, constexprs)]: te_nvfp4 rows + columns with the Wgrad RHT16
+    (mask signs) and SR on both, ocp (exact order) with Philox signs and a device step."""
+    out = []
+    for prof, src, odt, wq, rn, rs, cs, rsr, csr, sd in (
+            ("te_nvfp4", "bfloat16", "bfloat16", False, 16, 0, 1, True, True, False),
+            ("te_nvfp4", "float32", "float32", True, 0, 0, 0, False, False, False),
+            ("ocp", "bfloat16", "bfloat16", True, 32, 2, 2, True, True, True)):
+        ca, cq = nvfp4_train_constexprs(prof, src, rows=True, cols=True, with_codes=wq,
+                                        out_dtype=odt, br=32, bc=128, rot_n=rn,
+                                        row_rot=False, col_rot=rn > 0, row_signs=rs,
+                                        col_signs=cs, row_sr=rsr, col_sr=csr, step_dev=sd)
+        for name, kern, ce in (("nvfp4_train_amax", nvfp4_train_amax_kernel, ca),
+                               ("nvfp4_qdq_train", nvfp4_qdq_train_kernel, cq)):
+            sig = {k: {"SRC": "*i32" if src == "float32" else "*i16",
+                       "OUT": "*bf16" if odt == "bfloat16" else "*fp32"}.get(v, v)
+                   for k, v in ARG_TYPES[name].items()}
+            sig.update({k: "constexpr" for k in ce})
+            names = kern.arg_names
+            if set(names) != set(sig):
+                raise KeyError(f"{name}: arguments {sorted(set(names) ^ set(sig))} are not "
+                               "described by ARG_TYPES / the constexprs")
+            out.append((f"{name}-{prof}-{src}-h{rn}-s{rs}{cs}-sr{int(rsr)}{int(csr)}"
+                        f"{'-codes' if wq else ''}{'-stepdev' if sd else ''}", kern,
+                        {k: sig[k] for k in names}, ce))
+    return out
