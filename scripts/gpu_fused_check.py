@@ -20,6 +20,7 @@ from gpu_qdq_check import edge_tensor
 import mxref
 from mxkernels import triton_fast as tf
 from mxkernels import triton_train as tt
+from mxkernels import triton_train_nvfp4 as tn
 from mxref.quantize import random_bits
 from mxref.rotate import sign_vector
 
@@ -68,11 +69,58 @@ def check(rng) -> dict:
     return res
 
 
+def check_nvfp4(rng) -> dict:
+    """triton_train_nvfp4.qdq on the GPU against mxref on the edge tensor (plus a block of
+    subnormal elements among normal ones): codes, scales, T and values of both orientations."""
+    from mxkernels.training.quant import nvfp4_values
+    x = edge_tensor(rng, R=1024, C=768)
+    x[16:32, :] *= np.float32(2.0 ** -135)
+    x[16:32, ::8] = 1.0
+    res = {}
+    for prof in ("te_nvfp4", "ocp"):
+        for name, (n, signs, seed) in CASES.items():
+            if n == 32:
+                continue
+            for rep in range(2):
+                rv, cv, q, ts = tn.qdq(torch.from_numpy(x).cuda(), prof, rows=True, cols=True,
+                                       out_dtype=torch.float32, with_codes=True, rot_n=n,
+                                       row_rot=False, col_signs=signs, row_sr=seed,
+                                       col_sr=None if seed is None else seed + 1)
+                bad = 0
+                for k, (xx, v, sc, cd, sd, nn) in enumerate((
+                        (x, rv, q[0], q[1], seed, 0),
+                        (np.ascontiguousarray(x.T), cv.T, q[2].T, q[3].T,
+                         None if seed is None else seed + 1, n))):
+                    xr = mxref.rotate(xx, nn, axis=-1, signs=_host(signs, nn)) if nn else xx
+                    pr = mxref.get_profile(prof)
+                    if sd is not None:
+                        pr = pr.replace(name=prof + "+sr", rounding="stochastic")
+                    mx = mxref.quantize(xr, "nvfp4", pr, axis=-1, seed=sd)
+                    e = nvfp4_values(torch.from_numpy(mx.scales), torch.from_numpy(mx.codes))
+                    g = v.float().cpu().contiguous()
+                    bad += int((~((g.view(torch.int32) == e.view(torch.int32)) |
+                                  (g.isnan() & e.isnan()))).sum())
+                    bad += int((sc.cpu().numpy() != mx.scales).sum())
+                    bad += int((cd.cpu().numpy() != mx.codes).sum())
+                    bad += int(np.float32(ts[k].item()) != np.float32(mx.tensor_scale))
+                res[f"nvfp4/{prof}/{name}/{'cached' if rep else 'jit'}"] = bad
+    return res
+
+
+def _host(signs, n):
+    if signs is None:
+        return "none"
+    if signs[0] == "mask":
+        return np.array([-1 if (signs[1] >> j) & 1 else 1 for j in range(n)], dtype=np.int8)
+    return sign_vector("random", n, seed=signs[1], step=signs[2], tensor_id=signs[3])
+
+
 def capture() -> list:
     from mxkernels.training.mxlinear import MXLinear
     from mxkernels.training.validate import capture_next, check_capture
     out = []
-    for recipe in ("mxfp4-fdw-h16", "mxfp4-fdw-rht", "mxfp4-fdw-sr", "fp4-activations"):
+    for recipe in ("mxfp4-fdw-h16", "mxfp4-fdw-rht", "mxfp4-fdw-sr", "fp4-activations",
+                   "quartet", "nvfp4-te"):
         torch.manual_seed(0)
         lin = MXLinear(768, 2048, bias=False, recipe=recipe, backend="triton", device="cuda")
         lin.layer_id, lin.step = 3, 11
@@ -83,6 +131,30 @@ def capture() -> list:
         y.float().pow(2).mean().backward()
         out += [{"recipe": recipe, **r.to_dict()} for r in check_capture(lin)]
     return out
+
+
+def identity() -> dict:
+    """Fast path vs generic path on CUDA in fp32 (no autocast): y, dx, dW and db bit for bit,
+    per recipe (the CPU tests check the same through the interpreter)."""
+    from mxkernels.training import mxlinear as M
+    from mxkernels.training.mxlinear import MXLinear
+    res = {}
+    for recipe in ("mxfp4-fdw-h16", "mxfp4-fdw-sr", "quartet", "nvfp4-te"):
+        torch.manual_seed(1)
+        lin = MXLinear(768, 2048, bias=True, recipe=recipe, backend="triton", device="cuda")
+        lin.layer_id, lin.step = 2, 5
+        x0 = torch.randn(4096, 768, device="cuda")
+        got = []
+        for fast in (True, False):
+            M.FAST_PATH[0] = fast
+            lin.weight.grad = lin.bias.grad = None
+            x = x0.clone().requires_grad_(True)
+            y = lin(x)
+            y.pow(2).mean().backward()
+            got.append((y.detach(), x.grad, lin.weight.grad.clone(), lin.bias.grad.clone()))
+        M.FAST_PATH[0] = True
+        res[recipe] = {n: int((a != b).sum()) for n, a, b in zip(("y", "dx", "dW", "db"), *got)}
+    return res
 
 
 def bench() -> list:
@@ -101,7 +173,15 @@ def bench() -> list:
                                                   col_signs=("random", 1, 2, 4)),
                 "fused H32": lambda x=x: tt.qdq(x, "mxfp4", rows=True, cols=True, rot_n=32),
                 "fused SR": lambda x=x: tt.qdq(x, "mxfp4", rows=True, cols=True, row_sr=1,
-                                               col_sr=2)}
+                                               col_sr=2),
+                # NVFP4 (amax pass + qdq): nvfp4-te's x (columns RHT16) and dy (+ SR)
+                "nvfp4 te, cols RHT16": lambda x=x: tn.qdq(x, "te_nvfp4", rows=True, cols=True,
+                                                           rot_n=16, row_rot=False,
+                                                           col_signs=("mask", 0xA5F0)),
+                "nvfp4 te, SR + cols RHT16": lambda x=x: tn.qdq(
+                    x, "te_nvfp4", rows=True, cols=True, rot_n=16, row_rot=False,
+                    col_signs=("mask", 0xA5F0), row_sr=1, col_sr=2),
+                "nvfp4 te, plain": lambda x=x: tn.qdq(x, "te_nvfp4", rows=True, cols=True)}
         for label, f in arms.items():
             f()
             ms = triton.testing.do_bench(f, warmup=25, rep=200, return_mode="median")
@@ -118,15 +198,19 @@ def main():
     t0 = time.time()
     doc = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__}
     doc["bitexact_mismatches"] = check(np.random.default_rng(0))
+    doc["bitexact_mismatches"].update(check_nvfp4(np.random.default_rng(1)))
     print("mismatches", doc["bitexact_mismatches"], flush=True)
     doc["capture"] = capture()
     print("capture", [(r["recipe"], r["gemm"], r["operand"], r["ok"]) for r in doc["capture"]],
           flush=True)
+    doc["fast_vs_generic_mismatches"] = identity()
+    print("fast vs generic", doc["fast_vs_generic_mismatches"], flush=True)
     doc["bench"] = bench()
     doc["seconds"] = time.time() - t0
     (out / "fused_check.json").write_text(json.dumps(doc, indent=1) + "\n")
     ok = all(v == 0 for v in doc["bitexact_mismatches"].values()) and \
-        all(r["ok"] for r in doc["capture"])
+        all(r["ok"] for r in doc["capture"]) and \
+        all(v == 0 for d in doc["fast_vs_generic_mismatches"].values() for v in d.values())
     print("ok", ok)
     sys.exit(0 if ok else 1)
 

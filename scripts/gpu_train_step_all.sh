@@ -11,16 +11,17 @@ OUTER=$OUT
 OUT=$R
 part env 60 bash -c 'nvidia-smi; python -c "import torch, triton; \
 print(torch.__version__, triton.__version__, torch.cuda.get_device_name())"; git rev-parse HEAD'
-part kernel_tests 200 python -m pytest -q -p no:cacheprovider tests/test_triton_train.py -k cuda
+part kernel_tests 300 python -m pytest -q -p no:cacheprovider tests/test_triton_train.py \
+  tests/test_triton_train_nvfp4.py -k cuda
 part fused_check 200 python scripts/gpu_fused_check.py "$R"
-ALL=bf16,mxfp4-fdw,mxfp4-fdw-h16,mxfp4-fdw-rht,mxfp4-fdw-sr,fp4-activations,nvfp4-te,quartet,ms-fp4,decomp-fixed
-FAST=bf16,mxfp4-fdw,mxfp4-fdw-h16,mxfp4-fdw-rht,mxfp4-fdw-sr,fp4-activations
+ALL=${ALL:-bf16,mxfp4-fdw,mxfp4-fdw-h16,mxfp4-fdw-rht,mxfp4-fdw-sr,fp4-activations,nvfp4-te,quartet,ms-fp4,decomp-fixed}
+FAST=${FAST:-bf16,mxfp4-fdw,mxfp4-fdw-h16,mxfp4-fdw-rht,mxfp4-fdw-sr,fp4-activations,nvfp4-te,quartet}
 part bench_eager 300 python bench/train_step.py --model llama-125m --seq-len 1024 --batch-size 16 \
   --recipes $ALL --steps 6 --warmup 2 --out "$R/bench"
 part bench_graph 200 python bench/train_step.py --model llama-125m --seq-len 1024 --batch-size 16 \
   --recipes $FAST --steps 8 --warmup 2 --cuda-graph --out "$R/bench"
 part profile 150 python scripts/gpu_profile_step.py --model llama-125m --seq-len 1024 \
-  --batch-size 16 --recipes bf16,mxfp4-fdw-sr,fp4-activations,nvfp4-te --top 10
+  --batch-size 16 --recipes ${PROFILE_RECIPES:-bf16,mxfp4-fdw-sr,nvfp4-te,quartet} --top 10
 cp "$R"/bench/*.md "$OUTER"/ 2>/dev/null
 tar -czf "$OUTER/train_step.tgz" -C "$R" .
 echo "failed parts: $fails"

@@ -43,7 +43,7 @@ def _fwd_bwd(m, x0, fast=True):
 def test_plan_covers_exactly_the_plain_rotated_and_sr_mx_recipes():
     took = {name for name, r in RECIPES.items() if M.fast_plan(r) is not None}
     assert took == {"mxfp4-f", "mxfp4-fd", "mxfp4-fdw", "mxfp4-fdw-h16", "mxfp4-fdw-rht",
-                    "mxfp4-fdw-sr", "fp4-activations"}, took
+                    "mxfp4-fdw-sr", "fp4-activations", "quartet", "nvfp4-te"}, took
     # a custom all-MXFP8 recipe qualifies, so do SR and a 16-point rotation; a 64-point
     # rotation, a rotation with a bf16 operand, or a forward copy does not
     base = get_recipe("mxfp4-fdw")
@@ -119,12 +119,13 @@ def test_one_launch_per_tensor_with_a_quantized_orientation(monkeypatch, recipe,
 
 
 @pytest.mark.parametrize("recipe", ["mxfp4-f", "mxfp4-fd", "mxfp4-fdw", "mxfp4-fdw-h16",
-                                    "mxfp4-fdw-rht", "mxfp4-fdw-sr", "fp4-activations"])
+                                    "mxfp4-fdw-rht", "mxfp4-fdw-sr", "fp4-activations",
+                                    "quartet", "nvfp4-te"])
 @pytest.mark.parametrize("bias", [True, False])
 def test_fast_path_is_bit_identical_to_the_generic_path_in_fp32(recipe, bias):
     m = _pair(recipe, bias=bias)
     m.layer_id, m.step = 2, 7             # the random signs and SR streams depend on both
-    x0 = torch.randn(3, 48, 64)           # T = 144: the rotated recipes take the fast path
+    x0 = torch.randn(2, 48, 64)           # T = 96: the rotated recipes (n 16, 32) run fast
     fast = _fwd_bwd(m, x0, True)
     slow = _fwd_bwd(m, x0, False)
     for a, b in zip(fast, slow):
@@ -167,10 +168,10 @@ _UNQ = {"mxfp4-f": {("dgrad", "dy"), ("dgrad", "W^T"), ("wgrad", "dy^T"), ("wgra
         "mxfp4-fd": {("wgrad", "dy^T"), ("wgrad", "x^T")}, "mxfp4-fdw": set()}
 
 
-def _captured_checks(m, autocast):
+def _captured_checks(m, autocast, T=48):
     """One captured forward and backward of layer `m` (bf16 autocast or not), checked."""
     capture_next(m)
-    x0 = torch.randn(48, 64)
+    x0 = torch.randn(T, 64)
     if autocast:
         _autocast_fwd_bwd(m, x0)
     else:
@@ -262,10 +263,10 @@ def test_fast_path_validation_fails_on_a_wrong_value(monkeypatch):
     real = M._qdq
 
     def bad(t, specs, want_q, *rest):
-        r, c, q = real(t, specs, want_q, *rest)
+        r, c, q, ts = real(t, specs, want_q, *rest)
         r = r.clone()
         r.view(-1)[5] = -r.view(-1)[5] if r.view(-1)[5] != 0 else 1.0
-        return r, c, q
+        return r, c, q, ts
 
     monkeypatch.setattr(M, "_qdq", bad)
     m = _pair()
@@ -353,6 +354,17 @@ def test_a_rotated_axis_off_the_hadamard_size_falls_back_to_the_generic_path(mon
     assert calls == []
     slow = _fwd_bwd(m, x0, False)
     assert all(torch.equal(a, b) for a, b in zip(fast, slow) if a is not None)
+
+
+def test_a_fallback_inside_a_cuda_graph_capture_is_a_typed_error(monkeypatch):
+    """Under --cuda-graph a layer whose shapes miss the fast path must not fall back to the
+    generic path (host signs and syncs: the capture would fail with CUDA's own error)."""
+    from mxkernels.training.errors import TrainingConfigError
+    monkeypatch.setattr(M, "_capturing", lambda x: True)
+    m = _pair("mxfp4-fdw-h16")
+    with pytest.raises(TrainingConfigError, match=r"\(40, 64\).*mxfp4-fdw-h16.*--cuda-graph"):
+        m(torch.randn(40, 64))
+    m(torch.randn(48, 64))                # shapes that fit still run inside a capture
 
 
 @pytest.mark.parametrize("recipe", _FUSED)
@@ -486,5 +498,142 @@ def test_fp4_activations_with_an_odd_k_falls_back_to_the_generic_path():
     m = MXLinear.from_linear(torch.nn.Linear(63, 32), "fp4-activations", backend="triton")
     x0 = torch.randn(48, 63)
     fast = _fwd_bwd(m, x0, True)
+    slow = _fwd_bwd(m, x0, False)
+    assert all(torch.equal(a, b) for a, b in zip(fast, slow) if a is not None)
+
+
+# ---- Quartet: the backward quantizes the forward's copies ----------------------------------
+def test_quartet_plan_quantizes_the_forward_copies_in_the_backward():
+    p = M.fast_plan(get_recipe("quartet"))
+    assert p["x"][1] is None and p["w"][1] is None        # no high-precision Wgrad / Dgrad copy
+    assert (p["fx"].gemm, p["fx"].side, p["fx"].hadamard, p["fx"].n) == (2, 1, "random", 32)
+    assert (p["fw"].gemm, p["fw"].side, p["fw"].hadamard, p["fw"].n) == (1, 1, "random", 32)
+    assert p["unrot"] == {"fx": 32, "fw": 32} and (p["unrot_signs"] == 1).all()
+    # a forward copy under random forward signs, or one quantized with a correction, is left
+    # to the generic path
+    q = get_recipe("quartet")
+    assert M.fast_plan(q.replace(name="qr", fprop=dataclasses.replace(
+        q.fprop, hadamard="random"))) is None
+    assert M.fast_plan(q.replace(name="qo", dgrad=dataclasses.replace(
+        q.dgrad, b=dataclasses.replace(q.dgrad.b, outlier="block")))) is None
+
+
+def test_quartet_takes_one_fused_launch_per_tensor_and_copy(monkeypatch):
+    """x and W rotated along K in the forward; dy both orientations in one launch; the
+    forward copies of W and x their column orientation each (rows, cols, rot_n, SR, SR)."""
+    calls = _fused_calls(monkeypatch)
+    M._X_CACHE.clear()
+    _fwd_bwd(_pair("quartet"), torch.randn(64, 64))
+    assert calls == [(True, False, 32, False, False), (True, False, 32, False, False),
+                     (True, True, 32, False, False), (False, True, 32, False, False),
+                     (False, True, 32, False, False)]
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_quartet_capture_passes_against_mxref_including_the_forward_copies(autocast):
+    m = _pair("quartet")
+    m.layer_id, m.step = 1, 4
+    recs = _captured_checks(m, autocast, T=64)
+    assert all(r.ok for r in recs), [r for r in recs if not r.ok]
+    copies = [r for r in recs if "forward copy" in r.operand]
+    assert {(r.gemm, r.operand) for r in copies} == {("dgrad", "W^T (forward copy)"),
+                                                     ("wgrad", "x^T (forward copy)")}
+    assert len(recs) == 11
+
+
+def test_quartet_validation_fails_when_the_backward_reads_the_unquantized_tensor(monkeypatch):
+    """Plant: the backward quantizes the high-precision W instead of the forward's copy (the
+    forward saves W's bf16 value): the forward-copy check and Dgrad's W^T must fail."""
+    real = M._MXLinearFastFn.forward
+
+    def forward(ctx, x, weight, bias, layer, plan):
+        out = real(ctx, x, weight, bias, layer, plan)
+        xr = M._qdq(x.reshape(-1, x.shape[-1]), plan["x"], False, layer)[0]   # as saved
+        ctx.save_for_backward(xr, weight.detach().to(torch.bfloat16), None, None)
+        return out
+    monkeypatch.setattr(M._MXLinearFastFn, "forward", staticmethod(forward))
+    m = _pair("quartet")
+    recs = _captured_checks(m, False, T=64)
+    bad = {(r.gemm, r.operand) for r in recs if not r.ok}
+    assert ("dgrad", "W^T (forward copy)") in bad, bad
+
+
+def test_quartet_without_the_rotation_back_differs_from_the_generic_path(monkeypatch):
+    """Plant: dx and dW left in the forward's rotated basis. The in-run check holds the
+    GEMM's own output (before the rotation back, as the generic path records it), so the
+    bit-identity with the generic path is what catches this."""
+    m = _pair("quartet")
+    x0 = torch.randn(64, 64)
+    slow = _fwd_bwd(m, x0, False)
+    monkeypatch.setattr(M, "_gemm", lambda a, b, dtype, ac, alpha=None, n=0, signs=None:
+                        M._mm(a, b, dtype, ac))
+    fast = _fwd_bwd(m, x0, True)
+    assert torch.equal(fast[0], slow[0])
+    assert not torch.equal(fast[1], slow[1]) and not torch.equal(fast[2], slow[2])
+
+
+# ---- NVFP4 (nvfp4-te): two-level scales, the tensor scale in the GEMM epilogue ------------
+def _nvfp4_calls(monkeypatch, plant=None):
+    """Record (rows, cols, rot_n, col_rot, row SR, col SR) of every triton_train_nvfp4.qdq;
+    ``plant`` may rewrite a launch's results."""
+    tn = M.Q.triton_module("triton_train_nvfp4", torch.device("cpu"))
+    real = tn.qdq
+    calls = []
+
+    def counting(t, profile="te_nvfp4", **kw):
+        calls.append((kw["rows"], kw["cols"], kw["rot_n"], kw["col_rot"],
+                      kw.get("row_sr") is not None, kw.get("col_sr") is not None))
+        out = real(t, profile, **kw)
+        return out if plant is None else plant(out)
+
+    monkeypatch.setattr(tn, "qdq", counting)
+    return calls
+
+
+def test_nvfp4_te_takes_one_nvfp4_launch_per_tensor(monkeypatch):
+    """x: rows (Fprop) + columns with TE's RHT16 (Wgrad); W: rows + columns; dy: rows with SR
+    (Dgrad) + columns with RHT16 and SR (Wgrad)."""
+    calls = _nvfp4_calls(monkeypatch)
+    M._X_CACHE.clear()
+    _fwd_bwd(_pair("nvfp4-te"), torch.randn(64, 64))
+    assert calls == [(True, True, 16, True, False, False), (True, True, 0, False, False, False),
+                     (True, True, 16, True, True, True)]
+
+
+@pytest.mark.parametrize("autocast", [False, True])
+def test_nvfp4_te_capture_passes_against_mxref_with_the_tensor_scales(autocast):
+    m = _pair("nvfp4-te")
+    m.layer_id, m.step = 1, 4
+    recs = _captured_checks(m, autocast, T=64)
+    assert len(recs) == 9 and all(r.ok for r in recs), [r for r in recs if not r.ok]
+    assert all("tensor_scale" in r.detail and "values" in r.detail
+               for r in recs if r.operand != "out")
+    cap = m._capture_done
+    assert cap["wgrad"]["hadamard_n"] == 16 and cap["fprop"].get("signs") is None
+    # the rotated Wgrad operands have their own tensor scale, not the unrotated tensor's
+    assert cap["wgrad"]["b"]["tensor_scale"] != cap["fprop"]["a"]["tensor_scale"]
+
+
+def test_nvfp4_validation_fails_when_the_columns_take_the_rows_tensor_scale(monkeypatch):
+    """Plant: every launch reports the rows' T for the columns (the amax of the unrotated
+    tensor for the rotated Wgrad operands): their tensor_scale checks and the Wgrad output
+    must fail; Fprop must still pass."""
+    def plant(out):
+        rv, cv, q, ts = out
+        return rv, cv, q, torch.stack((ts[0], ts[0]))
+    _nvfp4_calls(monkeypatch, plant)
+    m = _pair("nvfp4-te")
+    recs = _captured_checks(m, False, T=64)
+    bad = {(r.gemm, r.operand) for r in recs if not r.ok}
+    assert {("wgrad", "dy^T"), ("wgrad", "x^T"), ("wgrad", "out")} <= bad, bad
+    assert not any(g == "fprop" for g, _ in bad), bad
+
+
+def test_nvfp4_with_k_off_the_block_size_falls_back_to_the_generic_path(monkeypatch):
+    calls = _nvfp4_calls(monkeypatch)
+    m = _pair("nvfp4-te", K=40)
+    x0 = torch.randn(64, 40)
+    fast = _fwd_bwd(m, x0, True)
+    assert calls == []
     slow = _fwd_bwd(m, x0, False)
     assert all(torch.equal(a, b) for a, b in zip(fast, slow) if a is not None)

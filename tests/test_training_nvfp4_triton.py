@@ -150,12 +150,23 @@ def _sr_records(recs):
     return [r for r in recs if r.profile == "te_nvfp4+sr"]
 
 
+@pytest.fixture
+def generic_path():
+    """The generic MXLinear path (nvfp4-te otherwise takes the fused fast path on triton)."""
+    from mxkernels.training import mxlinear as M
+    M.FAST_PATH[0] = False
+    yield
+    M.FAST_PATH[0] = True
+
+
+@pytest.mark.usefixtures("generic_path")
 def test_nvfp4_te_layer_on_triton_runs_no_torch_emulation(monkeypatch):
     """Every nvfp4-te operand on the triton backend comes from the Triton ops: torch_emu's
     NVFP4 quantizer and the torch butterfly are never called (planted to raise), and the
     in-run validation passes on all six operands and three GEMM outputs, the two SR
     operands (dgrad dy, wgrad dy^T) and the rotated Wgrad pair included (dy^T rotated, then
-    SR-quantized; x^T rotated and quantized by one fused kernel)."""
+    SR-quantized; x^T rotated and quantized by one fused kernel). This is the generic path
+    (the fast path, one fused launch per tensor, is tested in test_training_fastpath)."""
     def boom(*a, **k):
         raise AssertionError("torch emulation on the triton backend")
     monkeypatch.setattr(torch_emu, "quantize_nvfp4", boom)
@@ -211,6 +222,7 @@ def _planted_op(monkeypatch, **override):
 @pytest.mark.parametrize("override", [dict(offset=lambda o: o + 1),
                                       dict(seed=lambda s: s ^ 1)],
                          ids=["stream-one-word-off", "wrong-seed"])
+@pytest.mark.usefixtures("generic_path")
 def test_planted_sr_stream_bug_is_caught(monkeypatch, override):
     """The SR op given the right seed with offset 1 (every element takes its neighbour's word)
     or a seed one bit off: the in-run check fails exactly the two SR operands, on their codes
@@ -226,6 +238,7 @@ def test_planted_sr_stream_bug_is_caught(monkeypatch, override):
     assert all(r.ok for r in recs if r.operand != "out" and r.profile == "te_nvfp4")
 
 
+@pytest.mark.usefixtures("generic_path")
 def test_planted_wrong_rotation_sign_is_caught(monkeypatch):
     """The Triton rotation given the sign vector with one entry flipped: the in-run check
     (mxref.rotate with the recorded signs) fails both Wgrad operands and nothing else."""

@@ -36,7 +36,7 @@ from mxkernels._memo import DeviceConsts
 from mxref.formats import get_format
 
 from . import quant as Q
-from .errors import RecipeError
+from .errors import RecipeError, TrainingConfigError
 from .recipes import GEMMS, GemmSpec, OperandSpec, Recipe, get_recipe
 
 __all__ = ["MXLinear", "swap_linears", "set_step", "quant_timer", "QuantTimer", "BACKENDS",
@@ -120,11 +120,23 @@ class MXLinear(torch.nn.Module):
                 self._plan = fast_plan(self.recipe) \
                     if _resolve_backend(self.backend, x.device) == "triton" else None
                 self._plan_recipe = (self.recipe, self.backend, x.device.type)
-            if self._plan is not None and (not self._plan["rotates"] or _fast_shapes_ok(
+            if self._plan is not None and (not self._plan["shaped"] or _fast_shapes_ok(
                     self._plan, x.numel() // x.shape[-1], x.shape[-1], self.weight.shape[0])) \
                     and (self._plan["store"] is None or x.shape[-1] % 2 == 0):
                 return _MXLinearFastFn.apply(x, self.weight, self.bias, self, self._plan)
+            if self._plan is not None and _capturing(x):
+                raise TrainingConfigError(
+                    f"layer {self.name or self.layer_id}: input {tuple(x.shape)} with weight "
+                    f"{tuple(self.weight.shape)} does not fit recipe {self.recipe.name!r}'s fast "
+                    "path (a rotated axis is not a multiple of the Hadamard size, or K is odd "
+                    "under FP4 activation storage); the generic path it falls back to cannot "
+                    "run inside a CUDA graph: run without --cuda-graph or change the shapes")
         return _MXLinearFn.apply(x, self.weight, self.bias, self)
+
+
+def _capturing(x: torch.Tensor) -> bool:
+    """Whether x's CUDA stream is capturing a graph (the fast path's fallback refuses then)."""
+    return x.is_cuda and torch.cuda.is_current_stream_capturing()
 
 
 # ---- the three GEMMs ------------------------------------------------------------------------
@@ -407,14 +419,18 @@ def _load_activation(st: dict, fmt: str) -> torch.Tensor:
 FAST_PATH = [True]      # tests switch it off to compare with the generic path
 
 
-def _plain(spec: OperandSpec) -> bool:
+def _plain(spec: OperandSpec, source: str = "hp") -> bool:
     """An MX operand the fused fake-quantization kernels implement: a fast-kernel format and
-    profile, RNE or SR, from high precision, block scaling, no corrections."""
-    if spec.fmt is None or spec.rounding not in ("rne", "sr") or spec.source != "hp" or \
+    profile, RNE or SR, from ``source`` (high precision, or "fwd": the forward's copy), block
+    scaling, no corrections."""
+    if spec.fmt is None or spec.rounding not in ("rne", "sr") or spec.source != source or \
             spec.scaling != "block" or spec.macro is not None or spec.outlier is not None or \
             spec.clamp_quantile is not None or spec.dge_k is not None or \
             spec.dge_const is not None:
         return False
+    if get_format(spec.fmt).is_nvfp4:
+        from mxkernels.triton_train_nvfp4 import supports as nvfp4_supports
+        return nvfp4_supports(spec.profile)
     from mxkernels.triton_fast import supports
     return supports(spec.fmt, spec.profile, "float32")
 
@@ -437,8 +453,12 @@ class Orient:
     n: int = 0
 
     @property
+    def nvfp4(self) -> bool:
+        return self.spec.fmt == "nvfp4"
+
+    @property
     def fused(self) -> bool:
-        return self.n > 0 or self.spec.rounding == "sr"
+        return self.n > 0 or self.spec.rounding == "sr" or self.nvfp4
 
 
 def fast_plan(recipe) -> dict | None:
@@ -448,7 +468,13 @@ def fast_plan(recipe) -> dict | None:
     high-precision tensor) or quantized by an MX format and profile that the fast kernels
     implement, RNE or SR, from high precision, block scaling, no corrections or activation
     storage, plain "matmul" GEMMs; a GEMM may rotate (any Hadamard kind, n = 16 or 32) when
-    both its operands are quantized; at least one operand quantized. A tensor with a quantized
+    both its operands are quantized; at least one operand quantized. Dgrad's W and Wgrad's x
+    may also be quantized from the forward's copy (source "fwd", Quartet's double
+    quantization) when the forward quantized that operand and its rotation, if any, has fixed
+    signs ("deterministic" or "fixed_sign"): the forward keeps its dequantized values
+    (``plan["fw"]`` / ``plan["fx"]``: the orientation the backward quantizes them in) and the
+    backward rotates dx / dW back through the forward rotation (``plan["unrot"]``: its size,
+    0 for none), as the generic path does. A tensor with a quantized
     orientation needs one launch that writes the dequantized (exact, bf16) values of the
     orientations that are quantized: x along K (fprop) and T (wgrad), W along K (fprop) and N
     (dgrad), dy along N (dgrad) and T (wgrad); a rotated orientation is rotated along the same
@@ -468,16 +494,27 @@ def _fast_plan(recipe) -> dict | None:
             recipe.wgrad.hadamard != "none" or not _plain(recipe.wgrad.b) or
             recipe.wgrad.b.rounding != "rne"):
         return None           # Wgrad's x is re-quantized from the FP4 copy: plain RNE only
+    fp = recipe.fprop
+    # the forward copies a backward operand may be quantized from: (gemm, fprop's side)
+    fwd_of = {("dgrad", "b"): fp.b, ("wgrad", "b"): fp.a}
     any_q = False
     for gemm in GEMMS:
         g = getattr(recipe, gemm)
         if g.gemm != "matmul":
             return None
-        if g.hadamard != "none" and (g.hadamard_n not in ROT_SIZES or not _plain(g.a) or
-                                     not _plain(g.b)):
+
+        def ok(spec, side):
+            if spec.source == "fwd" and spec.fmt is not None:
+                fo = fwd_of.get((gemm, side)) or OperandSpec()
+                return _plain(spec, "fwd") and _plain(fo) and fo.fmt != "nvfp4" and \
+                    recipe.save_activations is None and \
+                    fp.hadamard in ("none", "deterministic", "fixed_sign")
+            return _plain(spec)
+        if g.hadamard != "none" and (g.hadamard_n not in ROT_SIZES or not ok(g.a, "a") or
+                                     not ok(g.b, "b")):
             return None
-        for spec in (g.a, g.b):
-            if _plain(spec):
+        for spec, side in ((g.a, "a"), (g.b, "b")):
+            if ok(spec, side):
                 any_q = True
             elif not _unquantized(spec):
                 return None
@@ -491,9 +528,23 @@ def _fast_plan(recipe) -> dict | None:
             return None
         rot = g.hadamard != "none"
         return Orient(spec, _GEMM_INDEX[gemm], side, g.hadamard, g.hadamard_n if rot else 0)
-    plan = {"x": (o("fprop", 0), o("wgrad", 1)), "w": (o("fprop", 1), o("dgrad", 1)),
-            "dy": (o("dgrad", 0), o("wgrad", 0))}
-    plan["rotates"] = any(o is not None and o.n for k in ("x", "w", "dy") for o in plan[k])
+
+    def hp(gemm, side):          # the orientation quantized from the high-precision tensor
+        return None if getattr(recipe, gemm).b.source == "fwd" else o(gemm, side)
+
+    def fwd(gemm):               # the orientation quantized from the forward's copy
+        return o(gemm, 1) if getattr(recipe, gemm).b.source == "fwd" else None
+    plan = {"x": (o("fprop", 0), hp("wgrad", 1)), "w": (o("fprop", 1), hp("dgrad", 1)),
+            "dy": (o("dgrad", 0), o("wgrad", 0)), "fx": fwd("wgrad"), "fw": fwd("dgrad")}
+    fr = fp.hadamard_n if fp.hadamard != "none" else 0
+    plan["unrot"] = {"fx": fr if plan["fx"] else 0, "fw": fr if plan["fw"] else 0}
+    plan["unrot_signs"] = None if not fr else Q.hadamard_signs(
+        fp.hadamard, fr, seed=recipe.seed, step=0, tensor_id=0)      # fixed signs
+    plan["rotates"] = any(o is not None and o.n for k in ("x", "w", "dy") for o in plan[k]) \
+        or any(plan[k] is not None and plan[k].n for k in ("fx", "fw"))
+    # the shapes decide whether a call can take the fast path (_fast_shapes_ok)
+    plan["shaped"] = plan["rotates"] or any(o is not None and o.nvfp4
+                                            for k in ("x", "w", "dy") for o in plan[k])
     # FP4-stored activations: the forward keeps x as MXFP4 codes + scales along K (OCP, as
     # the generic path's _store_activation) instead of its Wgrad orientation, which the
     # backward fake-quantizes from the stored bytes (triton_train.qdq_fp4_stored)
@@ -506,11 +557,16 @@ def _fast_plan(recipe) -> dict | None:
 
 def _fast_shapes_ok(plan, T: int, K: int, N: int) -> bool:
     """Whether a rotated orientation's axis is a multiple of its size (x rows: K, x cols: T,
-    W rows: K, W cols: N, dy rows: N, dy cols: T); else the generic path pads."""
+    W rows: K, W cols: N, dy rows: N, dy cols: T), and an NVFP4 orientation's a multiple of
+    16; else the generic path pads."""
     for key, (rax, cax) in (("x", (K, T)), ("w", (K, N)), ("dy", (N, T))):
         for o, ax in zip(plan[key], (rax, cax)):
-            if o is not None and o.n and ax % o.n:
+            if o is not None and ((o.n and ax % o.n) or (o.nvfp4 and ax % 16)):
                 return False
+    for key, ax in (("fx", T), ("fw", N)):        # the forward copies' column orientations
+        o = plan[key]
+        if o is not None and o.n and ax % o.n:
+            return False
     return True
 
 
@@ -557,31 +613,40 @@ def _launch_args(o: Orient, layer) -> tuple:
             (4 * int(layer.layer_id) + o.gemm) % 2**32), seed
 
 
+def _launch(t: torch.Tensor, o0, o1, a0, a1, want_q: bool, step):
+    """One fused launch for the orientations o0 (rows) and o1 (columns) of t, which share
+    format, profile and NVFP4-ness (either may be None): triton_train.qdq (MX) or
+    triton_train_nvfp4.qdq (NVFP4, its tensor scales as a 4th item; None for MX)."""
+    s = (o0 or o1).spec
+    n0 = o0.n if o0 is not None else 0
+    n1 = o1.n if o1 is not None else 0
+    kw = dict(rows=o0 is not None, cols=o1 is not None, with_codes=want_q, rot_n=max(n0, n1),
+              row_rot=n0 > 0, col_rot=n1 > 0, row_signs=a0 and a0[0], col_signs=a1 and a1[0],
+              row_sr=a0 and a0[1], col_sr=a1 and a1[1], step=step)
+    if s.fmt == "nvfp4":
+        return Q.triton_module("triton_train_nvfp4", t.device).qdq(t, s.profile, **kw)
+    return (*Q.triton_module("triton_train", t.device).qdq(t, s.fmt, s.profile, **kw), None)
+
+
 def _fused(t: torch.Tensor, o0, o1, layer, want_q: bool, args=None):
-    """_qdq for a tensor with a fused orientation: one triton_train.qdq launch when both
+    """_qdq for a tensor with a fused orientation: one launch (:func:`_launch`) when both
     orientations share format, profile and rotation size (or only one is quantized), else
-    one per orientation. ``args``: the orientations' _launch_args when the caller has them."""
-    tt = Q.triton_module("triton_train", t.device)
+    one per orientation. ``args``: the orientations' _launch_args when the caller has them.
+    Returns (rows, cols, q, tensor scales or None)."""
     a0, a1 = args if args is not None else _orient_args((o0, o1), layer)
     step = _DEV_STEP[0]
     with Q._section(t.device):
         if o0 is None or o1 is None or ((o0.spec.fmt, o0.spec.profile) ==
                                         (o1.spec.fmt, o1.spec.profile) and
                                         (o0.n == o1.n or not o0.n or not o1.n)):
-            s = (o0 or o1).spec
-            n0 = o0.n if o0 is not None else 0
-            n1 = o1.n if o1 is not None else 0
-            return tt.qdq(t, s.fmt, s.profile, rows=o0 is not None, cols=o1 is not None,
-                          with_codes=want_q, rot_n=max(n0, n1), row_rot=n0 > 0, col_rot=n1 > 0,
-                          row_signs=a0 and a0[0], col_signs=a1 and a1[0],
-                          row_sr=a0 and a0[1], col_sr=a1 and a1[1], step=step)
-        r, _, qr = tt.qdq(t, o0.spec.fmt, o0.spec.profile, rows=True, cols=False,
-                          with_codes=want_q, rot_n=o0.n, row_signs=a0[0], row_sr=a0[1],
-                          step=step)
-        _, c, qc = tt.qdq(t, o1.spec.fmt, o1.spec.profile, rows=False, cols=True,
-                          with_codes=want_q, rot_n=o1.n, col_signs=a1[0], col_sr=a1[1],
-                          step=step)
-    return r, c, (None if not want_q else (qr[0], qr[1], qc[2], qc[3]))
+            return _launch(t, o0, o1, a0, a1, want_q, step)
+        r, _, qr, tr = _launch(t, o0, None, a0, None, want_q, step)
+        _, c, qc, tc = _launch(t, None, o1, None, a1, want_q, step)
+    ts = None
+    if tr is not None or tc is not None:
+        one = torch.ones(1, dtype=torch.float32, device=t.device)
+        ts = torch.cat((one if tr is None else tr[:1], one if tc is None else tc[1:]))
+    return r, c, (None if not want_q else (qr[0], qr[1], qc[2], qc[3])), ts
 
 
 def _orient_args(orients, layer) -> tuple:
@@ -590,16 +655,23 @@ def _orient_args(orients, layer) -> tuple:
 
 
 def _qdq(t: torch.Tensor, orients, want_q: bool, layer=None, args=None):
-    """(row values, col values, codes/scales or None) of t [R, C]: rows blocked along C per
+    """(row values, col values, codes/scales or None, NVFP4 tensor scales or None) of t
+    [R, C] (the tensor scales: fp32 [2], T of the rows and of the columns, when an
+    orientation is NVFP4; its values leave T out): rows blocked along C per
     orients[0], columns blocked along R per orients[1]; None for an unquantized orientation
     (None) and no launch when neither is quantized; one launch when both use the same format
     and profile, or when only one orientation is quantized. (Host time matters here: a step
     calls this three times per layer.) Rotated or SR orientations go to :func:`_fused`."""
     o0, o1 = orients
     if o0 is None and o1 is None:
-        return None, None, None
+        return None, None, None, None
     if (o0 is not None and o0.fused) or (o1 is not None and o1.fused):
         return _fused(t, o0, o1, layer, want_q, args)
+    return (*_qdq_plain(t, o0, o1, want_q), None)
+
+
+def _qdq_plain(t: torch.Tensor, o0, o1, want_q: bool):
+    """_qdq of plain MX orientations (triton_fast.quantize_dequantize)."""
     s0 = None if o0 is None else o0.spec
     s1 = None if o1 is None else o1.spec
     tf = _triton_fast(t.device)
@@ -634,7 +706,8 @@ _X_CACHE: dict = {}
 def _qdq_input(x: torch.Tensor, x2: torch.Tensor, orients, want_q: bool, layer,
                store: bool = False):
     """_qdq of the layer input plus, with ``store``, its MXFP4 copy along K (scales, packed
-    codes): (rows, cols, q, stored or None), shared by the layers that read the same x."""
+    codes): (rows, cols, q, tensor scales, stored or None), shared by the layers that read
+    the same x."""
     # a fused orientation's signs and SR stream depend on the layer and step: they join the
     # key, and the launch takes them from here
     dyn = _orient_args(orients, layer) if any(o is not None and o.fused for o in orients) \
@@ -669,6 +742,41 @@ def _mm(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype, autocast: bool) ->
     return _mm_f32(a, b).to(dtype)
 
 
+def _alpha(ta, tb):
+    """The NVFP4 epilogue factor T_a T_b of a GEMM (the generic path's product of the two
+    0-dim tensor scales, 1.0 for a side without one), or None when neither side has one."""
+    if ta is None and tb is None:
+        return None
+    return (ta if ta is not None else 1.0) * (tb if tb is not None else 1.0)
+
+
+def _ts(ts, k: int):
+    """Slot k (0: rows, 1: columns) of a qdq's tensor scales as a 0-dim tensor, or None."""
+    return None if ts is None else ts[k]
+
+
+def _gemm(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype, autocast: bool, alpha=None,
+          n: int = 0, signs=None) -> torch.Tensor:
+    """a @ b for the fast path (:func:`_mm`). With an NVFP4 operand its fp32 result is first
+    multiplied by ``alpha`` (:func:`_alpha`, as the generic path), and with ``n`` rotated back
+    through the forward's rotation along the last axis (size n, fixed signs +-1): the generic
+    path's Q.unrotate (butterfly, * 1/sqrt(n), * signs) as one triton_rotate launch (the same
+    butterfly) and, for signs that are not all +1, an exact sign flip. Such a GEMM keeps its
+    fp32 result under autocast too (rounding before the epilogue would change it)."""
+    if not n and alpha is None:
+        return _mm(a, b, dtype, autocast)
+    out = _mm_out(a, b)
+    if alpha is not None:
+        out = out * alpha
+    if not n:
+        return out.to(dtype)
+    with Q._section(out.device):
+        out = Q.triton_module("triton_rotate", out.device).rotate(out.contiguous(), n)
+        if signs is not None and (signs < 0).any():
+            out = out * _SIGNS.get(torch.from_numpy(signs.astype(np.float32)), out.device)
+    return out.to(dtype)
+
+
 def _mm_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """The fp32 matmul of a and b (autocast off: it would round the result to bf16)."""
     with torch.autocast(device_type=a.device.type, enabled=False):
@@ -688,21 +796,30 @@ def _hp(t: torch.Tensor, bf16: bool) -> torch.Tensor:
     return t.to(torch.bfloat16 if bf16 else torch.float32).contiguous()
 
 
-def _rec_operand(t, q, side_rows: bool, values, sr_seed=None):
+def _rec_operand(t, q, side_rows: bool, values, sr_seed=None, ts=None):
     """A capture record of an operand blocked along its last axis, from a qdq of the tensor
     (side_rows: the operand is t itself (row blocks), else t^T (column blocks)). ``q`` None:
-    an unquantized operand, recorded as its high-precision input and the values multiplied."""
+    an unquantized operand, recorded as its high-precision input and the values multiplied.
+    ``ts``: an NVFP4 orientation's tensor scale (0-dim tensor; its values leave it out)."""
     if q is None:
         if side_rows:
             return {"input": _np(t.float()), "values": _np(values)}
         return {"input": _np(t.float().t()), "values": _np(values.t())}
+    tsv = None if ts is None else float(ts)
     if side_rows:
         return {"input": _np(t.float()), "scales": _np(q[0]), "codes": _np(q[1]),
-                "sr_seed": sr_seed, "tensor_scale": None, "row_scale": None, "extra": {},
+                "sr_seed": sr_seed, "tensor_scale": tsv, "row_scale": None, "extra": {},
                 "values": _np(values)}
     return {"input": _np(t.float().t()), "scales": _np(q[2].t()), "codes": _np(q[3].t()),
-            "sr_seed": sr_seed, "tensor_scale": None, "row_scale": None, "extra": {},
+            "sr_seed": sr_seed, "tensor_scale": tsv, "row_scale": None, "extra": {},
             "values": _np(values.t())}
+
+
+def _rec_out(a: torch.Tensor, b: torch.Tensor, alpha):
+    """The fp32 GEMM output a capture records: the product of the values multiplied, times
+    the NVFP4 epilogue factor (before any rotation back), as the generic path records it."""
+    out = _mm_out(a, b)
+    return _np(out if alpha is None else out * alpha)
 
 
 def _seed(o, layer):
@@ -755,8 +872,8 @@ class _MXLinearFastFn(torch.autograd.Function):
         odt = torch.get_autocast_dtype(x.device.type) if ac else x.dtype
         bf = ac and odt == torch.bfloat16
         st = plan["store"]
-        xr, xc, qx, stored = _qdq_input(x, x2, plan["x"], want, layer, st is not None)
-        wr, wc, qw = _qdq(weight, plan["w"], want, layer)
+        xr, xc, qx, tsx, stored = _qdq_input(x, x2, plan["x"], want, layer, st is not None)
+        wr, wc, qw, tsw = _qdq(weight, plan["w"], want, layer)
         if xr is None or (xc is None and st is None):
             xh = _hp(x2, bf)
             xr = xh if xr is None else xr
@@ -765,16 +882,24 @@ class _MXLinearFastFn(torch.autograd.Function):
             wh = _hp(weight, bf)
             wr = wh if wr is None else wr
             wc = wh if wc is None else wc
-        y = _mm(xr, wr.t(), odt, bf)
+        alpha = _alpha(_ts(tsx, 0), _ts(tsw, 0))
+        y = _gemm(xr, wr.t(), odt, bf, alpha)
         if bias is not None:
             y = y + bias.to(odt)
+        # Quartet's double quantization: the backward quantizes the forward's copies
+        if plan["fx"] is not None:
+            xc = xr
+        if plan["fw"] is not None:
+            wc = wr
         if want:
             cap["autocast"] = str(odt).replace("torch.", "") if ac else None
             cap["fprop"] = _rec_gemm(
                 layer, "fprop",
-                _rec_operand(x2, _qpart(qx, True), True, xr, _seed(plan["x"][0], layer)),
-                _rec_operand(weight, _qpart(qw, True), True, wr, _seed(plan["w"][0], layer)),
-                _np(_mm_out(xr, wr.t())), layer.recipe.fprop)
+                _rec_operand(x2, _qpart(qx, True), True, xr, _seed(plan["x"][0], layer),
+                             _ts(tsx, 0)),
+                _rec_operand(weight, _qpart(qw, True), True, wr, _seed(plan["w"][0], layer),
+                             _ts(tsw, 0)),
+                _rec_out(xr, wr.t(), alpha), layer.recipe.fprop)
             ctx.cap = (cap, qx, qw, x2.detach(), weight.detach())
         else:
             ctx.cap = None
@@ -787,7 +912,8 @@ class _MXLinearFastFn(torch.autograd.Function):
         ctx.w_dtype = weight.dtype
         ctx.has_bias = bias is not None
         # with FP4 storage x's Wgrad orientation comes back from its MXFP4 copy
-        ctx.save_for_backward(*((xc, wc) if st is None else (stored[0], stored[1], wc)))
+        ctx.save_for_backward(*((xc, wc) if st is None else (stored[0], stored[1], wc)),
+                              tsx, tsw)
         return y.reshape(*shape[:-1], weight.shape[0])
 
     @staticmethod
@@ -796,10 +922,11 @@ class _MXLinearFastFn(torch.autograd.Function):
         want = ctx.cap is not None
         st = ctx.plan["store"]
         qxs = xdeq = None
+        *saved, tsx, tsw = ctx.saved_tensors
         if st is None:
-            xc, wc = ctx.saved_tensors
+            xc, wc = saved
         else:
-            sc, cd, wc = ctx.saved_tensors
+            sc, cd, wc = saved
             tt = Q.triton_module("triton_train", cd.device)
             with Q._section(cd.device):
                 xc, qxs = tt.qdq_fp4_stored(cd, sc, ctx.k, st.spec.fmt, st.spec.profile,
@@ -808,34 +935,54 @@ class _MXLinearFastFn(torch.autograd.Function):
                 xdeq = _load_activation({"scales": sc, "codes": cd, "packed": True,
                                          "k": ctx.k}, "mxfp4")
         dy2 = dy.reshape(-1, dy.shape[-1])
-        dyr, dyc, qd = _qdq(dy2, ctx.plan["dy"], want, ctx.layer)
+        dyr, dyc, qd, tsd = _qdq(dy2, ctx.plan["dy"], want, ctx.layer)
         if dyr is None or dyc is None:
             dh = _hp(dy2, ctx.autocast)
             dyr = dh if dyr is None else dyr
             dyc = dh if dyc is None else dyc
+        p = ctx.plan
+        wf = xf = qfw = qfx = None        # the forward copies and their backward quantization
+        if p["fw"] is not None:          # (a forward copy is MX: no tensor scale)
+            wf = wc
+            _, wc, qfw, tsw = _qdq(wf, (None, p["fw"]), want, ctx.layer)
+        if p["fx"] is not None:
+            xf = xc
+            _, xc, qfx, tsx = _qdq(xf, (None, p["fx"]), want, ctx.layer)
+        a_d = _alpha(_ts(tsd, 0), _ts(tsw, 1))
+        a_w = _alpha(_ts(tsd, 1), _ts(tsx, 1))
         dx = dw = db = None
         if ctx.needs_input_grad[0]:
-            dx = _mm(dyr, wc, ctx.x_dtype, ctx.autocast).reshape(ctx.shape)
+            dx = _gemm(dyr, wc, ctx.x_dtype, ctx.autocast, a_d, p["unrot"]["fw"],
+                       p["unrot_signs"]).reshape(ctx.shape)
         if ctx.needs_input_grad[1]:
-            dw = _mm(dyc.t(), xc, ctx.w_dtype, ctx.autocast)
+            dw = _gemm(dyc.t(), xc, ctx.w_dtype, ctx.autocast, a_w, p["unrot"]["fx"],
+                       p["unrot_signs"])
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy2.float().sum(0).to(ctx.w_dtype)
         if want:
             cap, qx, qw, x2, w = ctx.cap
-            lay, p = ctx.layer, ctx.plan
+            lay = ctx.layer
             r = lay.recipe
+            wrec = _rec_operand(w, _qpart(qw, False), False, wc, _seed(p["w"][1], lay),
+                                _ts(tsw, 1)) if wf is None else \
+                _rec_operand(wf, _qpart(qfw, False), False, wc, _seed(p["fw"], lay))
             cap["dgrad"] = _rec_gemm(
                 lay, "dgrad",
-                _rec_operand(dy2, _qpart(qd, True), True, dyr, _seed(p["dy"][0], lay)),
-                _rec_operand(w, _qpart(qw, False), False, wc, _seed(p["w"][1], lay)),
-                _np(_mm_out(dyr, wc)), r.dgrad)
-            xrec = _rec_operand(x2, _qpart(qx, False), False, xc, _seed(p["x"][1], lay)) \
-                if st is None else \
-                _rec_operand(xdeq, (None, None, qxs[0], qxs[1]), False, xc, None)
+                _rec_operand(dy2, _qpart(qd, True), True, dyr, _seed(p["dy"][0], lay),
+                             _ts(tsd, 0)),
+                wrec, _rec_out(dyr, wc, a_d), r.dgrad)
+            if xf is not None:
+                xrec = _rec_operand(xf, _qpart(qfx, False), False, xc, _seed(p["fx"], lay))
+            elif st is None:
+                xrec = _rec_operand(x2, _qpart(qx, False), False, xc, _seed(p["x"][1], lay),
+                                    _ts(tsx, 1))
+            else:
+                xrec = _rec_operand(xdeq, (None, None, qxs[0], qxs[1]), False, xc, None)
             cap["wgrad"] = _rec_gemm(
                 lay, "wgrad",
-                _rec_operand(dy2, _qpart(qd, False), False, dyc, _seed(p["dy"][1], lay)),
-                xrec, _np(_mm_out(dyc.t(), xc)), r.wgrad)
+                _rec_operand(dy2, _qpart(qd, False), False, dyc, _seed(p["dy"][1], lay),
+                             _ts(tsd, 1)),
+                xrec, _rec_out(dyc.t(), xc, a_w), r.wgrad)
             cap["complete"] = True
             ctx.layer._capture_done = cap
             ctx.layer._capture = None
