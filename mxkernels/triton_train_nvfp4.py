@@ -46,8 +46,8 @@ from mxref.formats import FORMATS
 from mxref.profiles import get_profile
 from mxref.rotate import inv_sqrt_n_bits
 
-__all__ = ["qdq", "supports", "nvfp4_train_constexprs", "KERNELS", "ARG_TYPES", "aot_specs",
-           "KernelUnsupported"]
+__all__ = ["qdq", "scale_cast", "supports", "nvfp4_train_constexprs", "KERNELS", "ARG_TYPES",
+           "aot_specs", "KernelUnsupported"]
 
 
 @triton.jit
@@ -115,43 +115,48 @@ def nvfp4_train_amax_kernel(
 
 
 @triton.jit
-def _te_codes(b2, sc, t, SR: tl.constexpr, rb2, SIGNED_ZERO: tl.constexpr):
-    """E2M1 codes of the te order (x * min(fl(1 / fl(S T)), FLT_MAX), then RNE or SR,
-    satfinite) for the fp32 bits b2 [M, 16] of blocks with E4M3 codes sc [M]: the code
-    triton_common._encode / triton_sr._encode_sr give, with the element product on the FPU.
+def _te_fast(b2, sc, t, SR: tl.constexpr, rb2, SIGNED_ZERO: tl.constexpr,
+             WRITE_Q: tl.constexpr):
+    """(signed value bits, E2M1 codes or 0) of the te order for the fp32 bits b2 [M, 16] of
+    blocks with E4M3 codes sc [M]: y = fl(x * inv), inv = min(fl(1 / fl(S T)), FLT_MAX) (per
+    block, in integers), then RNE or SR to E2M1, satfinite; the codes and values
+    triton_common._encode / triton_sr._encode_sr and e2m1 x e4m3 give, on the FPU.
 
-    The product y = fl(x * inv) is one IEEE multiply (RNE) per element; inv is per block, in
-    integers (_f32_div, _f32_mul). No subnormal ever meets the FPU (it may flush them): a
-    subnormal x enters as |x| 2^24 (its integer significand converted, times 2^-125) and a
-    product >= 2^-102 comes back times 2^-24 (exact: normal); a product below 2^-126 rounds
-    to a signed zero in E2M1 (quantum 0.5; SR: floor(rest / q 2^32) = 0 below 2^-33), so all
-    that matters there is whether fl(x * inv) is 0 (exact product <= 2^-150, a tie going to
-    even 0) or not, decided on the integer significands; such lanes take 0 or the smallest
-    subnormal. RNE: f = fl(y + m) - m
-    with m = 2^(max(e_y, 0) + 22) (the quantum of y's binade, triton_fast._qdq_orient's step);
-    y is clamped at 6.0 first (everything above saturates there; no m overflows). SR: the same
-    integer rule as _qdq_orient's SR branch (MBITS 1, EMIN 0). The code is then read off the
-    magnitude, saturated at 7 (6.0), signed as _finish does, NaN -> 0."""
+    No subnormal ever meets the FPU (which may flush them): per block inv' = inv 2^48 when
+    inv < 2^64 (a subnormal inv from its integer significand), else inv' = inv; a subnormal x
+    enters as |x| 2^24 (its integer significand times 2^-125). Then Z = fl(X inv') =
+    fl(p 2^F), p = |x| inv exact, F in {0, 24, 48, 72}: every Z here is normal or bounded
+    away from the subnormals, so Z is p 2^F rounded once, and y = Z 2^-F exactly when
+    p >= 2^-126. Below that, y is a signed zero in E2M1 (quantum 0.5; SR: floor(rest / q 2^32)
+    = 0 below 2^-33), and all that matters is whether fl(p) is 0 (p <= 2^-150, the tie going
+    to even 0): p 2^F > 2^(F-150), or equal with a positive FMA residual (F >= 48 there: F < 48
+    cannot give p < 2^-126, the residual is normal). RNE: f = fl(y + m) - m with m =
+    2^(max(e_y, 0) + 22), y clamped at 6.0 first (all above saturates there); SR: the integer
+    rule of triton_fast._qdq_orient's SR branch (MBITS 1, EMIN 0). The value is the rounded
+    magnitude times the E4M3 scale (exact), the sign OR-ed in as _finish signs the code; NaN
+    gives +0 (code 0)."""
     s_neg, ss, es, s_nan, _ = _element_value(sc, False, 3, -6, 7, 7, 0x7F, -1)
     sval = tl.where(s_nan, _F32_QNAN, _to_f32(s_neg, ss, es))
     inv = _f32_min_pos(_f32_div(tl.full(sval.shape, _F32_ONE, tl.int32), _f32_mul(sval, t)),
                        tl.full(sval.shape, _F32_MAX, tl.int32))
+    big = inv >= 0x5F800000                                  # inv >= 2^64: used as it is
+    inv2 = tl.where(big, inv, tl.where(
+        inv < 0x800000, (inv.to(tl.float32) * 3.944304526105059e-31).to(tl.int32, bitcast=True),
+        inv + (48 << 23)))                                   # subnormal m 2^-149 -> m 2^-101
+    fb = tl.where(big, 0, 48)
     ax = b2 & 0x7FFFFFFF
-    sub = ax < 0x800000                                   # subnormal or zero input
-    xs = tl.where(sub, ax.to(tl.float32) * 2.350988701644575e-38,      # |x| 2^24 (2^-125)
-                  ax.to(tl.float32, bitcast=True))
-    yp = (xs * inv.to(tl.float32, bitcast=True)[:, None]).to(tl.int32, bitcast=True)
-    normal = yp >= tl.where(sub, 0x0C800000, 0x800000)    # 2^-102 (scaled), 2^-126
-    yn = tl.where(sub, ((yp.to(tl.float32, bitcast=True) * 5.960464477539063e-08)   # 2^-24
-                        .to(tl.int32, bitcast=True)), yp)
-    sx, ex = _f32_parts(tl.where(ax >= _F32_INF, 1, ax))
-    si, ei = _f32_parts(inv)
-    k = -150 - (ex + ei[:, None])                         # fl(x inv) != 0 iff sx si > 2^k
-    prod = sx.to(tl.int64) * si.to(tl.int64)[:, None]
-    nz = tl.where(k < 0, prod > 0,
-                  (k < 48) & (prod > (tl.full(prod.shape, 1, tl.int64) <<
-                                      tl.minimum(tl.maximum(k, 0), 47).to(tl.int64))))
-    ay = tl.where(normal, yn, nz.to(tl.int32))
+    sub = ax < 0x800000                                      # subnormal or zero input
+    X = tl.where(sub, ax.to(tl.float32) * 2.350988701644575e-38,      # |x| 2^24 (2^-125)
+                 ax.to(tl.float32, bitcast=True))
+    F = fb[:, None] + tl.where(sub, 24, 0)
+    i2 = inv2.to(tl.float32, bitcast=True)[:, None]
+    Z = X * i2
+    zb = Z.to(tl.int32, bitcast=True)
+    normal = zb >= ((F - 126 + 127) << 23)                   # p >= 2^-126
+    yv = (Z * ((127 - F) << 23).to(tl.float32, bitcast=True)).to(tl.int32, bitcast=True)
+    thr = (F - 150 + 127) << 23
+    nz = (zb > thr) | ((zb == thr) & (tl.fma(X, i2, -Z) > 0))
+    ay = tl.where(ax >= _F32_INF, ax, tl.where(normal, yv, nz.to(tl.int32)))   # Inf, NaN
     neg = (b2 >> 31) & 1
     if SR:
         e = ay >> 23
@@ -164,23 +169,32 @@ def _te_codes(b2, sc, t, SR: tl.constexpr, rb2, SIGNED_ZERO: tl.constexpr):
         up = (fr + rb2) < fr                                  # uint32 carry out of the add
         nq = tl.where(e == 0, 0, nq.to(tl.int32) + up.to(tl.int32))
         code = tl.minimum(nq + ((ebq - 127) << 1), 7)
+        # the E2M1 magnitude of the code: 0.5 n (code < 2), else (1 + m / 2) 2^(e - 1)
+        ce = code >> 1
+        mag = tl.where(ce == 0, (code & 1) * 0x3F000000,
+                       ((ce + 126) << 23) | ((code & 1) << 22))
     else:
         ac = tl.minimum(ay, 0x40C00000)       # 6.0 and above (Inf too) saturate to 6
         tb = tl.maximum(ac & 0x7F800000, 127 << 23)
         mf = (tb + (22 << 23)).to(tl.float32, bitcast=True)
         mag = ((ac.to(tl.float32, bitcast=True) + mf) - mf).to(tl.int32, bitcast=True)
-        # 0 -> 0, 0.5 -> 1, (1 + m/2) 2^e -> 2 + 2e + m (e = 0, 1, 2), saturated at 7
-        code = tl.where(mag == 0, 0, tl.where(
-            mag < 0x3F800000, 1, 2 + 2 * ((mag >> 23) - 127) + ((mag >> 22) & 1)))
-        code = tl.minimum(code, 7)
+        if WRITE_Q:   # 0 -> 0, 0.5 -> 1, (1 + m/2) 2^e -> 2 + 2e + m (e = 0, 1, 2)
+            code = tl.where(mag == 0, 0, tl.where(
+                mag < 0x3F800000, 1, 2 + 2 * ((mag >> 23) - 127) + ((mag >> 22) & 1)))
+        else:
+            code = 0
     if SIGNED_ZERO == 0:          # preserve
         sgn = neg
     elif SIGNED_ZERO == 1:        # an exact -0.0 product -> +0, an underflow keeps -0
-        sgn = tl.where((code == 0) & (ay == 0), 0, neg)
+        sgn = tl.where((mag == 0) & (ay == 0), 0, neg)
     else:                         # never negative
-        sgn = tl.where(code == 0, 0, neg)
-    code = code | (sgn << 3)
-    return tl.where(ay > _F32_INF, 0, code)
+        sgn = tl.where(mag == 0, 0, neg)
+    nan = ay > _F32_INF
+    v = mag.to(tl.float32, bitcast=True) * sval.to(tl.float32, bitcast=True)[:, None]
+    vb = tl.where(nan, 0, v.to(tl.int32, bitcast=True) | (sgn << 31))
+    if WRITE_Q:
+        code = tl.where(nan, 0, code | (sgn << 3))
+    return vb, code
 
 
 @triton.jit
@@ -204,8 +218,10 @@ def _nvfp4_write(b, a, rb, k, amax_ptr, ts_ptr, out_ptr, scale_ptr, code_ptr, of
         a2 = tl.where(a2 < 0x800000, 0, a2)
     sc, poison = _nvfp4_block_scales(a2, t, sc6, NAN_POISON, INF_POISON, ORDER, TWO_LEVEL,
                                      SCALE_MIN_TINY)
-    if ORDER == 1 and OVERFLOW == 0 and (SR or ROUNDING == 0) and not FLUSH:
-        code = _te_codes(b2, sc, t, SR, _blocks(rb, AXIS, BR, BC) if SR else 0, SIGNED_ZERO)
+    FAST: tl.constexpr = ORDER == 1 and OVERFLOW == 0 and (SR or ROUNDING == 0) and not FLUSH
+    if FAST:
+        vb, code = _te_fast(b2, sc, t, SR, _blocks(rb, AXIS, BR, BC) if SR else 0,
+                            SIGNED_ZERO, WRITE_Q)
     elif SR:
         rb2 = _blocks(rb, AXIS, BR, BC)
         if ORDER == 0:
@@ -229,19 +245,22 @@ def _nvfp4_write(b, a, rb, k, amax_ptr, ts_ptr, out_ptr, scale_ptr, code_ptr, of
             y = _nvfp4_cast_input(b2, sc, t, ORDER, TWO_LEVEL)
             code = _encode(y, 0, False, 1, 0, 1, 7, 3, -1, -1, ROUNDING, OVERFLOW, SIGNED_ZERO,
                            FLUSH, False)
-    code = tl.where(poison[:, None], 0, code)
     byte = tl.where(poison, 0x7F, sc)
-    # e2m1 x e4m3 as fp32 (exact): the E2M1 magnitude 0, 0.5 or (1 + m / 2) 2^(e - 1); the
-    # E4M3 scale (8 + m) 2^(e - 10), or m 2^-9 for e = 0, NaN for 0x7F
-    mag = code & 7
-    ee = mag >> 1
-    el = tl.where(ee == 0, (mag & 1) * 0x3F000000, ((ee + 126) << 23) | ((mag & 1) << 22))
-    se = (byte >> 3) & 0xF
-    sm = byte & 7
-    sub = (sm.to(tl.float32) * 0.001953125).to(tl.int32, bitcast=True)       # m * 2^-9
-    sv = tl.where(se == 0, sub, ((se + 120) << 23) | (sm << 20))
-    v = el.to(tl.float32, bitcast=True) * sv.to(tl.float32, bitcast=True)[:, None]
-    vb = v.to(tl.int32, bitcast=True) | ((code & 8) << 28)
+    if not FAST:
+        code = tl.where(poison[:, None], 0, code)
+        # e2m1 x e4m3 as fp32 (exact): the E2M1 magnitude 0, 0.5 or (1 + m / 2) 2^(e - 1);
+        # the E4M3 scale (8 + m) 2^(e - 10), or m 2^-9 for e = 0, NaN for 0x7F
+        mag = code & 7
+        ee = mag >> 1
+        el = tl.where(ee == 0, (mag & 1) * 0x3F000000, ((ee + 126) << 23) | ((mag & 1) << 22))
+        se = (byte >> 3) & 0xF
+        sm = byte & 7
+        sub = (sm.to(tl.float32) * 0.001953125).to(tl.int32, bitcast=True)       # m * 2^-9
+        sv = tl.where(se == 0, sub, ((se + 120) << 23) | (sm << 20))
+        v = el.to(tl.float32, bitcast=True) * sv.to(tl.float32, bitcast=True)[:, None]
+        vb = v.to(tl.int32, bitcast=True) | ((code & 8) << 28)
+    else:
+        code = tl.where(poison[:, None], 0, code)
     vb = tl.where((byte == 0x7F)[:, None], 0x7FC00000, vb)
     vb = _unblocks(vb, AXIS, BR, BC)
     if OUT_BF16:     # RNE with integer ops; every value here is exact in bf16 or the NaN
@@ -313,8 +332,27 @@ def nvfp4_qdq_train_kernel(
                      INF_POISON, SIGNED_ZERO, FLUSH)
 
 
+@triton.jit
+def nvfp4_scale_cast_kernel(x_ptr, alpha_ptr, out_ptr, n, OUT_BF16: tl.constexpr,
+                            BLOCK: tl.constexpr):
+    """out = fl32(x * alpha) (alpha: one fp32 on the device, the GEMM's T_a T_b), written as
+    fp32 or as bf16 (RNE, integer ops): the NVFP4 GEMM epilogue in one pass."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    m = offs < n
+    a = tl.load(alpha_ptr)
+    v = tl.load(x_ptr + offs, mask=m, other=0.0) * a
+    if OUT_BF16:
+        vb = v.to(tl.int32, bitcast=True)
+        vb = tl.where((vb & 0x7FFFFFFF) > 0x7F800000, 0x7FC00000, vb)
+        hb = ((vb + 0x7FFF + ((vb >> 16) & 1)) >> 16) & 0xFFFF
+        tl.store(out_ptr + offs, hb.to(tl.int16).to(tl.bfloat16, bitcast=True), mask=m)
+    else:
+        tl.store(out_ptr + offs, v, mask=m)
+
+
 KERNELS = {"nvfp4_train_amax": nvfp4_train_amax_kernel,
-           "nvfp4_qdq_train": nvfp4_qdq_train_kernel}
+           "nvfp4_qdq_train": nvfp4_qdq_train_kernel,
+           "nvfp4_scale_cast": nvfp4_scale_cast_kernel}
 _INTS = ("row_sr_lo", "row_sr_hi", "row_sr_gs", "col_sr_lo", "col_sr_hi", "col_sr_gs",
          "row_sg_lo", "row_sg_hi", "row_sg_step", "row_sg_tid", "col_sg_lo", "col_sg_hi",
          "col_sg_step", "col_sg_tid")
@@ -328,6 +366,7 @@ ARG_TYPES = {
                         "step_ptr": "*i64", "n_rows": "i32", "n_cols": "i32",
                         **{k: "i32" for k in _INTS}}}
 _SRC_KIND = {"float32": 0, "bfloat16": 1, "float16": 2}
+TILE: list = [None]     # (BR, BC, num_warps) instead of the default tile (GPU benchmarks)
 
 
 def supports(profile) -> bool:
@@ -447,6 +486,9 @@ def qdq(x: torch.Tensor, profile="te_nvfp4", *, rows: bool = True, cols: bool = 
     rsr = _seed_args(row_sr if rows else None, sd)
     csr = _seed_args(col_sr if cols else None, sd)
     br, bc = _tiles(R, C, None, None, None, True)
+    nw = None if INTERPRETED else 4
+    if TILE[0] is not None and not INTERPRETED:      # (BR, BC, num_warps): benchmark sweeps
+        br, bc, nw = TILE[0]
     br, bc = max(br, 16, rot_n), max(bc, 16, rot_n)
     _check_local_offsets(br, C)
     if ((rows and row_sr is not None) or (cols and col_sr is not None)) and \
@@ -472,7 +514,6 @@ def qdq(x: torch.Tensor, profile="te_nvfp4", *, rows: bool = True, cols: bool = 
              torch.empty((R, C), dtype=torch.uint8, device=dev) if cols else None)
         ptrs = tuple(t if t is not None else dummy for t in q)
     if R and C:
-        nw = None if INTERPRETED else 4
         grid = triton.cdiv(R, br) * triton.cdiv(C, bc)
         stp = step if sd else bits
         launch_cached(nvfp4_train_amax_kernel, grid, ca, nw,
@@ -482,6 +523,25 @@ def qdq(x: torch.Tensor, profile="te_nvfp4", *, rows: bool = True, cols: bool = 
                        dummy if cv is None else cv, *ptrs, stp, R, C, *rsr, *csr, *rs[1:],
                        *cs[1:]), 10, enable_fp_fusion=False)
     return rv, cv, q, ts
+
+
+def scale_cast(x: torch.Tensor, alpha: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``(x * alpha).to(dtype)`` for a contiguous fp32 x and a one-element fp32 alpha on x's
+    device, in one pass (bit for bit: one fp32 multiply, then RNE to bf16 or nothing)."""
+    if x.dtype != torch.float32 or not x.is_contiguous():
+        raise KernelUnsupported("scale_cast takes a contiguous float32 tensor")
+    if not (isinstance(alpha, torch.Tensor) and alpha.dtype == torch.float32 and
+            alpha.numel() == 1 and alpha.device == x.device):
+        raise KernelUnsupported(f"alpha must be one float32 on {x.device}")
+    if dtype not in _OUT:
+        raise KernelUnsupported(f"scale_cast writes bfloat16 or float32, not {dtype}")
+    out = torch.empty_like(x, dtype=dtype)
+    n = x.numel()
+    if n:
+        nvfp4_scale_cast_kernel[(triton.cdiv(n, 1024),)](
+            x, alpha.reshape(1), out, n, OUT_BF16=dtype == torch.bfloat16, BLOCK=1024,
+            **({} if INTERPRETED else {"num_warps": 4}), enable_fp_fusion=False)
+    return out
 
 
 def aot_specs():
@@ -509,4 +569,10 @@ def aot_specs():
             out.append((f"{name}-{prof}-{src}-h{rn}-s{rs}{cs}-sr{int(rsr)}{int(csr)}"
                         f"{'-codes' if wq else ''}{'-stepdev' if sd else ''}", kern,
                         {k: sig[k] for k in names}, ce))
+    for odt in ("bfloat16", "float32"):
+        ce = {"OUT_BF16": odt == "bfloat16", "BLOCK": 1024}
+        sig = {"x_ptr": "*fp32", "alpha_ptr": "*fp32",
+               "out_ptr": "*bf16" if odt == "bfloat16" else "*fp32", "n": "i32",
+               "OUT_BF16": "constexpr", "BLOCK": "constexpr"}
+        out.append((f"nvfp4_scale_cast-{odt}", nvfp4_scale_cast_kernel, sig, ce))
     return out

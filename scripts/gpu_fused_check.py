@@ -189,6 +189,18 @@ def bench() -> list:
             rows.append({"shape": [R, C], "arm": label, "median_us": ms * 1e3,
                          "copy_us": copy * 1e3, "frac_of_copy_bw": moved / (ms * 1e-3) / copy_bw})
             print(rows[-1], flush=True)
+        # NVFP4 tile sweep (BR, BC, num_warps) on the dy-like launch; the default is 32x128x4
+        for tile in ((16, 128, 4), (32, 64, 4), (32, 128, 8), (64, 64, 8)):
+            tn.TILE[0] = tile
+            f = arms["nvfp4 te, SR + cols RHT16"]
+            f()
+            ms = triton.testing.do_bench(f, warmup=25, rep=200, return_mode="median")
+            tn.TILE[0] = None
+            moved = x.numel() * (x.element_size() + 4)
+            rows.append({"shape": [R, C], "arm": f"nvfp4 te, SR + cols RHT16, tile {tile}",
+                         "median_us": ms * 1e3, "copy_us": copy * 1e3,
+                         "frac_of_copy_bw": moved / (ms * 1e-3) / copy_bw})
+            print(rows[-1], flush=True)
     return rows
 
 

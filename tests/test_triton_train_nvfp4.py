@@ -113,6 +113,12 @@ def test_qdq_matches_mxref_both_orientations(tn, dev, profile, src, n, signs, se
     assert ts.cpu().numpy().view(np.uint32).tolist() == [np.float32(rt).view(np.uint32),
                                                          np.float32(ct).view(np.uint32)]
     assert _same(rv.cpu(), rvals) and _same(cv.cpu(), np.ascontiguousarray(cvals.T))
+    # without codes (the training launch) the values are the same
+    rv2, cv2, q2, ts2 = tn.qdq(xt.to(dev), profile, rows=True, cols=True, rot_n=n,
+                               row_rot=False, col_rot=n > 0, col_signs=signs, row_sr=seed,
+                               col_sr=cseed, out_dtype=rv.dtype)
+    assert q2 is None and torch.equal(ts2, ts)
+    assert _same(rv2.cpu(), rvals) and _same(cv2.cpu(), np.ascontiguousarray(cvals.T))
 
 
 @pytest.mark.parametrize("profile", ["te_nvfp4", "ocp"])
@@ -211,3 +217,21 @@ def test_empty_tensor_gives_empty_outputs_and_unit_scales(tn):
     rv, cv, q, ts = tn.qdq(torch.zeros(0, 64), "te_nvfp4", rows=True, cols=True,
                            with_codes=True)
     assert rv.shape == (0, 64) and q[1].shape == (0, 64) and ts.tolist() == [1.0, 1.0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_scale_cast_is_the_mul_then_the_cast(tn, dev, dtype):
+    """The NVFP4 GEMM epilogue in one pass equals (x * alpha).to(dtype) bit for bit (NaN as
+    NaN), with values that overflow, round to bf16 ties, -0 and Inf."""
+    g = torch.Generator().manual_seed(4)
+    x = torch.randn(33, 517, generator=g) * 1e3
+    x[0, :6] = torch.tensor([float("nan"), float("inf"), -0.0, 3e38, -3e38, 1.0 + 2**-8])
+    a = torch.tensor([1.7e-3 if dtype == torch.float32 else 2.0])
+    got = tn.scale_cast(x.to(dev), a.to(dev), dtype).cpu()
+    want = (x * a[0]).to(dtype)
+    nan = torch.isnan(want)
+    iv = torch.int16 if dtype == torch.bfloat16 else torch.int32
+    assert torch.equal(torch.isnan(got), nan)
+    assert torch.equal(got[~nan].view(iv), want[~nan].view(iv))
+    with pytest.raises(tn.KernelUnsupported, match="alpha"):
+        tn.scale_cast(x.to(dev), torch.ones(2, device=dev), dtype)

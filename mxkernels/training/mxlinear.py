@@ -767,6 +767,9 @@ def _gemm(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype, autocast: bool, 
         return _mm(a, b, dtype, autocast)
     out = _mm_out(a, b)
     if alpha is not None:
+        if not n and out.is_cuda:        # one pass: fl32(out * alpha), then the cast
+            return Q.triton_module("triton_train_nvfp4", out.device).scale_cast(
+                out, alpha.reshape(1), dtype)
         out = out * alpha
     if not n:
         return out.to(dtype)
