@@ -115,11 +115,49 @@ def nvfp4_train_amax_kernel(
 
 
 @triton.jit
-def _te_fast(b2, sc, t, SR: tl.constexpr, rb2, SIGNED_ZERO: tl.constexpr,
+def _te_blocks(a2, t, sc6, NAN_POISON: tl.constexpr, INF_POISON: tl.constexpr):
+    """te order, per block of the magnitudes a2 [M, 16] (T = t and S_enc / 6 = sc6 as [1]
+    fp32 bits, T >= 2^-117: the caller checks): (E4M3 scale codes, their values, inv =
+    min(fl(1 / fl(S T)), FLT_MAX), poisoned) as fp32 bits, what _nvfp4_block_scales and
+    _nvfp4_cast_input compute in integers, here on the FPU without meeting a subnormal:
+    fl(amax S_enc/6) with a subnormal amax entering as amax 2^24 (a result below 2^-126, or
+    one the FPU flushes, has E4M3 code 0 either way: the E4M3 quantum is 2^-9); then clamped
+    at 448 (satfinite) and RNE to the E4M3 grid by fl(y + m) - m with m = 2^(max(e, -6) + 20);
+    S T >= 2^-9 T >= 2^-126 is normal and at most 448 T < 2^126, so fl(1 / (S T)) is an
+    IEEE division (div_rn) of normal numbers to a normal result."""
+    amax = _max_along(tl.where(a2 < _F32_INF, a2, 0), 1)
+    has_nan = _max_along(tl.where(a2 > _F32_INF, 1, 0), 1) > 0
+    has_inf = _max_along(tl.where(a2 == _F32_INF, 1, 0), 1) > 0
+    poison = amax < 0
+    if NAN_POISON:
+        poison = poison | has_nan
+    if INF_POISON:
+        poison = poison | has_inf
+    sub = amax < 0x800000
+    A = tl.where(sub, amax.to(tl.float32) * 2.350988701644575e-38,
+                 amax.to(tl.float32, bitcast=True))
+    P = A * sc6.to(tl.float32, bitcast=True)
+    P = tl.where(sub, P * 5.960464477539063e-08, P).to(tl.int32, bitcast=True)
+    P = tl.where(has_inf, _F32_INF, P)
+    pc = tl.minimum(P, 0x43E00000)                          # satfinite: 448
+    tb = tl.maximum(pc & 0x7F800000, 121 << 23)             # the E4M3 binade, >= 2^-6
+    mf = (tb + (20 << 23)).to(tl.float32, bitcast=True)
+    r = ((pc.to(tl.float32, bitcast=True) + mf) - mf).to(tl.int32, bitcast=True)
+    sc = tl.where(r < (121 << 23), (r.to(tl.float32, bitcast=True) * 512.0).to(tl.int32),
+                  (((r >> 23) - 120) << 3) | ((r >> 20) & 7))
+    sval = tl.where(sc < 8, (sc.to(tl.float32) * 0.001953125).to(tl.int32, bitcast=True),
+                    (((sc >> 3) + 120) << 23) | ((sc & 7) << 20))
+    z = sval.to(tl.float32, bitcast=True) * t.to(tl.float32, bitcast=True)
+    inv = tl.math.div_rn(tl.full(z.shape, 1.0, tl.float32), z).to(tl.int32, bitcast=True)
+    return sc, sval, tl.minimum(inv, _F32_MAX), poison
+
+
+@triton.jit
+def _te_fast(b2, sval, inv, SR: tl.constexpr, rb2, SIGNED_ZERO: tl.constexpr,
              WRITE_Q: tl.constexpr):
     """(signed value bits, E2M1 codes or 0) of the te order for the fp32 bits b2 [M, 16] of
-    blocks with E4M3 codes sc [M]: y = fl(x * inv), inv = min(fl(1 / fl(S T)), FLT_MAX) (per
-    block, in integers), then RNE or SR to E2M1, satfinite; the codes and values
+    blocks with E4M3 scale values sval and inv = min(fl(1 / fl(S T)), FLT_MAX) [M] (fp32
+    bits): y = fl(x * inv), then RNE or SR to E2M1, satfinite; the codes and values
     triton_common._encode / triton_sr._encode_sr and e2m1 x e4m3 give, on the FPU.
 
     No subnormal ever meets the FPU (which may flush them): per block inv' = inv 2^48 when
@@ -129,16 +167,12 @@ def _te_fast(b2, sc, t, SR: tl.constexpr, rb2, SIGNED_ZERO: tl.constexpr,
     away from the subnormals, so Z is p 2^F rounded once, and y = Z 2^-F exactly when
     p >= 2^-126. Below that, y is a signed zero in E2M1 (quantum 0.5; SR: floor(rest / q 2^32)
     = 0 below 2^-33), and all that matters is whether fl(p) is 0 (p <= 2^-150, the tie going
-    to even 0): p 2^F > 2^(F-150), or equal with a positive FMA residual (F >= 48 there: F < 48
-    cannot give p < 2^-126, the residual is normal). RNE: f = fl(y + m) - m with m =
+    to even 0): p 2^F > 2^(F-150) (F >= 48 there: F < 48 cannot give p < 2^-126), Z equal to
+    it being decided by the integer product of the significands. RNE: f = fl(y + m) - m with m =
     2^(max(e_y, 0) + 22), y clamped at 6.0 first (all above saturates there); SR: the integer
     rule of triton_fast._qdq_orient's SR branch (MBITS 1, EMIN 0). The value is the rounded
     magnitude times the E4M3 scale (exact), the sign OR-ed in as _finish signs the code; NaN
     gives +0 (code 0)."""
-    s_neg, ss, es, s_nan, _ = _element_value(sc, False, 3, -6, 7, 7, 0x7F, -1)
-    sval = tl.where(s_nan, _F32_QNAN, _to_f32(s_neg, ss, es))
-    inv = _f32_min_pos(_f32_div(tl.full(sval.shape, _F32_ONE, tl.int32), _f32_mul(sval, t)),
-                       tl.full(sval.shape, _F32_MAX, tl.int32))
     big = inv >= 0x5F800000                                  # inv >= 2^64: used as it is
     inv2 = tl.where(big, inv, tl.where(
         inv < 0x800000, (inv.to(tl.float32) * 3.944304526105059e-31).to(tl.int32, bitcast=True),
@@ -155,7 +189,15 @@ def _te_fast(b2, sc, t, SR: tl.constexpr, rb2, SIGNED_ZERO: tl.constexpr,
     normal = zb >= ((F - 126 + 127) << 23)                   # p >= 2^-126
     yv = (Z * ((127 - F) << 23).to(tl.float32, bitcast=True)).to(tl.int32, bitcast=True)
     thr = (F - 150 + 127) << 23
-    nz = (zb > thr) | ((zb == thr) & (tl.fma(X, i2, -Z) > 0))
+    # at Z == thr (a rounding onto the power of two), the exact product decides: sX sI 2^(eX +
+    # eI) > thr, from the 24-bit significands (one 32 x 32 -> 64-bit multiply)
+    xb = X.to(tl.int32, bitcast=True)
+    ib = inv2[:, None]
+    sxi = ((xb & 0x7FFFFF) | 0x800000).to(tl.int64) * ((ib & 0x7FFFFF) | 0x800000).to(tl.int64)
+    kk = (F - 150) - ((xb >> 23) - 150) - ((ib >> 23) - 150)
+    above = sxi > (tl.full(sxi.shape, 1, tl.int64) << tl.minimum(tl.maximum(kk, 0), 62).to(
+        tl.int64))
+    nz = (zb > thr) | ((zb == thr) & above)
     ay = tl.where(ax >= _F32_INF, ax, tl.where(normal, yv, nz.to(tl.int32)))   # Inf, NaN
     neg = (b2 >> 31) & 1
     if SR:
@@ -209,19 +251,33 @@ def _nvfp4_write(b, a, rb, k, amax_ptr, ts_ptr, out_ptr, scale_ptr, code_ptr, of
     (rotated) fp32 bits b, as nvfp4_quantize_kernel / nvfp4_quantize_sr_kernel compute them,
     then e2m1 x e4m3 per element written to out_ptr (bf16 or fp32)."""
     am = tl.load(amax_ptr + k + tl.arange(0, 1))
-    t, _, sc6 = _nvfp4_tensor_consts(am, ORDER, TWO_LEVEL)
+    t, s_enc, sc6 = _nvfp4_tensor_consts(am, ORDER, TWO_LEVEL)
     if tl.program_id(0) == 0:
         tl.store(ts_ptr + k + tl.arange(0, 1), t)
     b2 = _blocks(b, AXIS, BR, BC)
     a2 = _blocks(a, AXIS, BR, BC)
     if FLUSH:                        # amax and the exact order see flushed inputs
         a2 = tl.where(a2 < 0x800000, 0, a2)
-    sc, poison = _nvfp4_block_scales(a2, t, sc6, NAN_POISON, INF_POISON, ORDER, TWO_LEVEL,
-                                     SCALE_MIN_TINY)
-    FAST: tl.constexpr = ORDER == 1 and OVERFLOW == 0 and (SR or ROUNDING == 0) and not FLUSH
+    FAST: tl.constexpr = ORDER == 1 and TWO_LEVEL and OVERFLOW == 0 and \
+        (SR or ROUNDING == 0) and not FLUSH and not SCALE_MIN_TINY
     if FAST:
-        vb, code = _te_fast(b2, sc, t, SR, _blocks(rb, AXIS, BR, BC) if SR else 0,
+        if _max_along(t, 0) >= 0x05000000:        # T >= 2^-117: the blocks on the FPU
+            sc, sval, inv, poison = _te_blocks(a2, t, sc6, NAN_POISON, INF_POISON)
+        else:                                      # a tiny tensor: in integers
+            sc, poison = _nvfp4_block_scales(a2, t, sc6, NAN_POISON, INF_POISON, ORDER,
+                                             TWO_LEVEL, SCALE_MIN_TINY)
+            s_neg, ss, es, s_nan, s_inf = _element_value(sc, False, 3, -6, 7, 7, 0x7F, -1)
+            sval = tl.where(s_nan, _F32_QNAN, _to_f32(s_neg, ss, es))
+            inv = _f32_min_pos(_f32_div(tl.full(sval.shape, _F32_ONE, tl.int32),
+                                        _f32_mul(sval, t)),
+                               tl.full(sval.shape, _F32_MAX, tl.int32))
+        vb, code = _te_fast(b2, sval, inv, SR, _blocks(rb, AXIS, BR, BC) if SR else 0,
                             SIGNED_ZERO, WRITE_Q)
+    else:
+        sc, poison = _nvfp4_block_scales(a2, t, sc6, NAN_POISON, INF_POISON, ORDER,
+                                         TWO_LEVEL, SCALE_MIN_TINY)
+    if FAST:
+        pass
     elif SR:
         rb2 = _blocks(rb, AXIS, BR, BC)
         if ORDER == 0:

@@ -142,6 +142,19 @@ def test_an_infinite_amax_and_the_zero_tensor(tn, dev, profile):
     assert zt == 1.0 and _same(rv.cpu(), zvals) and (rv.cpu()[1:] == 0).all()
     # te turns an input -0 into +0, the exact order (ocp) keeps it
     assert int(rv.cpu().view(torch.int32)[0, 0]) == (0 if profile == "te_nvfp4" else -2**31)
+    # a tiny tensor (amax ~ 2^-125: T below 2^-117, te's blocks take the integer branch)
+    t = (_edge(64, rng) * np.float32(2.0 ** -140)).astype(np.float32)
+    t[np.isnan(t)] = 0
+    rv, cv, q, ts = tn.qdq(torch.from_numpy(t).to(dev), profile, rows=True, cols=True,
+                           rot_n=16, row_rot=False, with_codes=True, out_dtype=torch.float32)
+    rs, rc, rt, rvals = _ref(t, profile, 0, None, None)
+    cs, cc, ct, cvals = _ref(np.ascontiguousarray(t.T), profile, 16, "none", None)
+    assert np.array_equal(q[1].cpu().numpy(), rc) and np.array_equal(q[0].cpu().numpy(), rs)
+    assert np.array_equal(q[3].cpu().numpy().T, cc) and np.array_equal(q[2].cpu().numpy().T, cs)
+    assert float(ts[0]) == float(rt) and _same(rv.cpu(), rvals)
+    assert float(ts[1]) == float(ct) and _same(cv.cpu(), np.ascontiguousarray(cvals.T))
+    if profile == "te_nvfp4":
+        assert float(rt) < 2.0 ** -117
 
 
 def test_a_column_stream_read_like_the_rows_changes_the_codes(tn, dev):
@@ -235,3 +248,24 @@ def test_scale_cast_is_the_mul_then_the_cast(tn, dev, dtype):
     assert torch.equal(got[~nan].view(iv), want[~nan].view(iv))
     with pytest.raises(tn.KernelUnsupported, match="alpha"):
         tn.scale_cast(x.to(dev), torch.ones(2, device=dev), dtype)
+
+
+@pytest.mark.parametrize("profile", ["te_nvfp4"])
+def test_te_products_on_the_underflow_tie(tn, dev, profile):
+    """TE's element product fl(x * inv) exactly at 2^-150 (a tie: IEEE gives 0, so -x gives
+    an exact -0, which te turns into +0) and just above it (2^-149: a signed zero code that
+    keeps its sign): tensor amax 2688 (T = 1), a block of amax 12 (S = 2, inv = 0.5), subnormal
+    elements 2^-149 and 3 2^-149 of both signs."""
+    x = np.zeros((16, 32), np.float32)
+    x[0, 0] = 2688.0
+    tiny = np.float32(2.0 ** -149)
+    x[1, :16] = [12.0, tiny, -tiny, 3 * tiny, -3 * tiny, 2 * tiny, -2 * tiny, 5 * tiny,
+                 -5 * tiny, 0.0, -0.0, 1.0, -1.0, 6.0, -6.0, 2.5]
+    rv, cv, q, ts = tn.qdq(torch.from_numpy(x).to(dev), profile, rows=True, cols=True,
+                           with_codes=True, out_dtype=torch.float32)
+    rs, rc, rt, rvals = _ref(x, profile, 0, None, None)
+    assert float(rt) == 1.0 and rs[1, 0] == 0x40           # E4M3 2.0: inv = 0.5
+    assert np.array_equal(q[1].cpu().numpy(), rc) and np.array_equal(q[0].cpu().numpy(), rs)
+    assert _same(rv.cpu(), rvals)
+    # the tie gives +0 for -2^-149; -3 2^-149 keeps its sign as code 8 (-0)
+    assert rc[1, 2] == 0 and rc[1, 4] == 8
