@@ -33,7 +33,8 @@ from mxkernels.triton_rotate import _fwht
 from mxkernels.triton_sr import _philox4, _u32
 from mxref.rotate import inv_sqrt_n_bits
 
-__all__ = ["qdq", "qdq_fp4_stored", "ROT_SIZES", "SIGN_MODES", "train_constexprs", "KERNELS", "ARG_TYPES",
+__all__ = ["qdq", "qdq_fp4_stored", "launch_args", "ROT_SIZES", "SIGN_MODES", "train_constexprs",
+           "KERNELS", "ARG_TYPES",
            "aot_specs", "KernelUnsupported"]
 
 ROT_SIZES = (16, 32)
@@ -422,6 +423,54 @@ def _ce(key):
     return hit
 
 
+def launch_args(x, out_dtype, rows, cols, rot_n, row_rot, col_rot, row_signs, col_signs,
+                row_sr, col_sr, step, *, block: int = 0, tile=None):
+    """The checks and launch arguments the fused qdq launchers share (this module's and
+    triton_train_nvfp4's): (R, C, row_rot, col_rot, device step?, row sign args, col sign
+    args, row SR args, col SR args, BR, BC); KernelUnsupported naming the first problem.
+    ``block``: the orientations' block size when each axis must be a multiple of it (NVFP4:
+    16; 0 for MX, whose ragged blocks the kernel pads); ``tile``: (BR, BC) instead of the
+    default tile."""
+    if out_dtype not in _OUT:
+        raise KernelUnsupported(f"out_dtype {out_dtype}: qdq writes bfloat16 or float32")
+    if not (rows or cols):
+        raise KernelUnsupported("qdq: ask for rows, cols or both")
+    if rot_n not in (0,) + ROT_SIZES:
+        raise KernelUnsupported(f"rot_n={rot_n!r}: 0 or one of {ROT_SIZES}")
+    row_rot = bool(rot_n) if row_rot is None else bool(row_rot) and bool(rot_n)
+    col_rot = bool(rot_n) if col_rot is None else bool(col_rot) and bool(rot_n)
+    R, C = x.shape
+    if block and rows and C % block:
+        raise KernelUnsupported(f"blocks of {block} along the rows: {C} columns is not a "
+                                f"multiple of {block}")
+    if block and cols and R % block:
+        raise KernelUnsupported(f"blocks of {block} down the columns: {R} rows is not a "
+                                f"multiple of {block}")
+    if rows and row_rot and C % rot_n:
+        raise KernelUnsupported(f"rows rotated in blocks of {rot_n}: {C} columns is not a "
+                                "multiple")
+    if cols and col_rot and R % rot_n:
+        raise KernelUnsupported(f"columns rotated in blocks of {rot_n}: {R} rows is not a "
+                                "multiple")
+    sd = step is not None
+    if sd and not (isinstance(step, torch.Tensor) and step.dtype == torch.int64 and
+                   step.numel() >= 1 and step.device == x.device):
+        raise KernelUnsupported(f"step must be an int64 tensor on {x.device} holding the step, "
+                                f"got {step!r}")
+    rs = _sign_args(row_signs if rows and row_rot else None, rot_n, sd)
+    cs = _sign_args(col_signs if cols and col_rot else None, rot_n, sd)
+    rsr = _seed_args(row_sr if rows else None, sd)
+    csr = _seed_args(col_sr if cols else None, sd)
+    br, bc = _tiles(R, C, None, None, None, True) if tile is None else tile
+    br, bc = max(br, block, rot_n), max(bc, block, rot_n)
+    _check_local_offsets(br, C)
+    if ((rows and row_sr is not None) or (cols and col_sr is not None)) and \
+            (R + br) * max(C, 1) >= 2**31:
+        raise KernelUnsupported(f"stochastic rounding of {R} x {C}: the word index is int32 "
+                                "(R * C < 2^31)")
+    return R, C, row_rot, col_rot, sd, rs, cs, rsr, csr, br, bc
+
+
 def qdq(x: torch.Tensor, fmt: str, profile="ocp", *, rows: bool = True, cols: bool = False,
         out_dtype: torch.dtype = torch.bfloat16, with_codes: bool = False, rot_n: int = 0,
         row_signs=None, col_signs=None, row_sr: int | None = None, col_sr: int | None = None,
@@ -451,38 +500,9 @@ def qdq(x: torch.Tensor, fmt: str, profile="ocp", *, rows: bool = True, cols: bo
         bits = x.view(torch.int32 if x.dtype == torch.float32 else torch.int16)
     else:
         x, bits = _prep(x)
-    if out_dtype not in _OUT:
-        raise KernelUnsupported(f"out_dtype {out_dtype}: qdq writes bfloat16 or float32")
-    if not (rows or cols):
-        raise KernelUnsupported("qdq: ask for rows, cols or both")
-    if rot_n not in (0,) + ROT_SIZES:
-        raise KernelUnsupported(f"rot_n={rot_n!r}: 0 or one of {ROT_SIZES}")
-    row_rot = bool(rot_n) if row_rot is None else bool(row_rot) and bool(rot_n)
-    col_rot = bool(rot_n) if col_rot is None else bool(col_rot) and bool(rot_n)
-    R, C = x.shape
-    if rows and row_rot and C % rot_n:
-        raise KernelUnsupported(f"rows rotated in blocks of {rot_n}: {C} columns is not a "
-                                "multiple")
-    if cols and col_rot and R % rot_n:
-        raise KernelUnsupported(f"columns rotated in blocks of {rot_n}: {R} rows is not a "
-                                "multiple")
-    sd = step is not None
-    if sd and not (isinstance(step, torch.Tensor) and step.dtype == torch.int64 and
-                   step.numel() >= 1 and step.device == x.device):
-        raise KernelUnsupported(f"step must be an int64 tensor on {x.device} holding the step, "
-                                f"got {step!r}")
-    rs = _sign_args(row_signs if rows and row_rot else None, rot_n, sd)
-    cs = _sign_args(col_signs if cols and col_rot else None, rot_n, sd)
-    rsr = _seed_args(row_sr if rows else None, sd)
-    csr = _seed_args(col_sr if cols else None, sd)
-    br, bc = _tiles(R, C, None, None, None, True)
-    if rot_n:
-        br, bc = max(br, rot_n), max(bc, rot_n)
-    _check_local_offsets(br, C)
-    if ((rows and row_sr is not None) or (cols and col_sr is not None)) and \
-            (R + br) * max(C, 1) >= 2**31:
-        raise KernelUnsupported(f"stochastic rounding of {R} x {C}: the word index is int32 "
-                                "(R * C < 2^31)")
+    L = launch_args(x, out_dtype, rows, cols, rot_n, row_rot, col_rot, row_signs, col_signs,
+                    row_sr, col_sr, step)
+    R, C, row_rot, col_rot, sd, rs, cs, rsr, csr, br, bc = L
     ce = _ce((x.dtype, fmt, profile, bool(rows), bool(cols), bool(with_codes), out_dtype, br, bc,
               rot_n, row_rot, col_rot, rs[0], cs[0], row_sr is not None and rows,
               col_sr is not None and cols, sd))

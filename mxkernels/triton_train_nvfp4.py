@@ -32,15 +32,15 @@ import triton
 import triton.language as tl
 
 from mxkernels.triton_common import (KernelUnsupported, _encode, _f32_div, _f32_min_pos,
-                                     _f32_mul, _f32_parts, _finish, _max_along,
+                                     _f32_mul, _finish, _max_along,
                                      _nvfp4_block_scales,
                                      _round_sig, _F32_INF, _F32_MAX, _F32_ONE, _F32_QNAN)
-from mxkernels.triton_fast import (INTERPRETED, _OUT, _SRC, _check_local_offsets, _load_tile,
-                                   _prep, _qdq_tile, _tile_ids, _tiles, launch_cached)
+from mxkernels.triton_fast import (INTERPRETED, _OUT, _SRC, _load_tile, _prep, _qdq_tile,
+                                   _tile_ids, launch_cached)
 from mxkernels.triton_quant import (_element_value, _nvfp4_cast_input, _nvfp4_exact_quotient,
                                     _nvfp4_tensor_consts, _to_f32, mx_constexprs)
 from mxkernels.triton_sr import _encode_sr, _round_sig_sr
-from mxkernels.triton_train import ROT_SIZES, _orientation, _seed_args, _sign_args
+from mxkernels.triton_train import _orientation, launch_args
 from mxref.errors import MXRefError
 from mxref.formats import FORMATS
 from mxref.profiles import get_profile
@@ -513,44 +513,13 @@ def qdq(x: torch.Tensor, profile="te_nvfp4", *, rows: bool = True, cols: bool = 
     None, or with ``with_codes`` (row scales [R, C / 16], row codes [R, C], col scales
     [R / 16, C], col codes [R, C]) as uint8 (E4M3 bytes, E2M1 codes), None where not asked."""
     x, bits = _prep(x)
-    if out_dtype not in _OUT:
-        raise KernelUnsupported(f"out_dtype {out_dtype}: qdq writes bfloat16 or float32")
-    if not (rows or cols):
-        raise KernelUnsupported("qdq: ask for rows, cols or both")
-    if rot_n not in (0,) + ROT_SIZES:
-        raise KernelUnsupported(f"rot_n={rot_n!r}: 0 or one of {ROT_SIZES}")
-    row_rot = bool(rot_n) if row_rot is None else bool(row_rot) and bool(rot_n)
-    col_rot = bool(rot_n) if col_rot is None else bool(col_rot) and bool(rot_n)
-    R, C = x.shape
-    if rows and C % 16:
-        raise KernelUnsupported(f"NVFP4 rows: {C} columns is not a multiple of 16")
-    if cols and R % 16:
-        raise KernelUnsupported(f"NVFP4 columns: {R} rows is not a multiple of 16")
-    if rows and row_rot and C % rot_n:
-        raise KernelUnsupported(f"rows rotated in blocks of {rot_n}: {C} columns is not a "
-                                "multiple")
-    if cols and col_rot and R % rot_n:
-        raise KernelUnsupported(f"columns rotated in blocks of {rot_n}: {R} rows is not a "
-                                "multiple")
-    sd = step is not None
-    if sd and not (isinstance(step, torch.Tensor) and step.dtype == torch.int64 and
-                   step.numel() >= 1 and step.device == x.device):
-        raise KernelUnsupported(f"step must be an int64 tensor on {x.device} holding the step, "
-                                f"got {step!r}")
-    rs = _sign_args(row_signs if rows and row_rot else None, rot_n, sd)
-    cs = _sign_args(col_signs if cols and col_rot else None, rot_n, sd)
-    rsr = _seed_args(row_sr if rows else None, sd)
-    csr = _seed_args(col_sr if cols else None, sd)
-    br, bc = _tiles(R, C, None, None, None, True)
     nw = None if INTERPRETED else 4
+    tile = None
     if TILE[0] is not None and not INTERPRETED:      # (BR, BC, num_warps): benchmark sweeps
-        br, bc, nw = TILE[0]
-    br, bc = max(br, 16, rot_n), max(bc, 16, rot_n)
-    _check_local_offsets(br, C)
-    if ((rows and row_sr is not None) or (cols and col_sr is not None)) and \
-            (R + br) * max(C, 1) >= 2**31:
-        raise KernelUnsupported(f"stochastic rounding of {R} x {C}: the word index is int32 "
-                                "(R * C < 2^31)")
+        tile, nw = TILE[0][:2], TILE[0][2]
+    R, C, row_rot, col_rot, sd, rs, cs, rsr, csr, br, bc = launch_args(
+        x, out_dtype, rows, cols, rot_n, row_rot, col_rot, row_signs, col_signs, row_sr, col_sr,
+        step, block=16, tile=tile)
     (ca, cq) = _ce((x.dtype, profile if isinstance(profile, str) else get_profile(profile).name,
                     bool(rows), bool(cols), bool(with_codes), out_dtype, br, bc, rot_n, row_rot,
                     col_rot, rs[0], cs[0], row_sr is not None and rows,
