@@ -335,6 +335,18 @@ def nvfp4_quantize_kernel(
                                      SCALE_MIN_TINY)
     tl.store(scale_ptr + g, tl.where(poison, 0x7F, sc).to(tl.uint8), mask=g_ok)
 
+    code = _nvfp4_codes(b, a, sc, t, ORDER, TWO_LEVEL, ROUNDING, OVERFLOW, SIGNED_ZERO, FLUSH)
+    code = tl.where(poison[:, None], 0, code)
+    tl.store(code_ptr + offs, code.to(tl.uint8), mask=m)
+
+
+@triton.jit
+def _nvfp4_codes(b, a, sc, t, ORDER: tl.constexpr, TWO_LEVEL: tl.constexpr,
+                 ROUNDING: tl.constexpr, OVERFLOW: tl.constexpr, SIGNED_ZERO: tl.constexpr,
+                 FLUSH: tl.constexpr):
+    """E2M1 codes (before poisoning) of the fp32 bits b / magnitudes a [BLOCK_ROWS, 16] of
+    blocks with E4M3 codes sc and tensor scales t, by the profile's op order (RNE or another
+    deterministic rounding)."""
     if ORDER == 0:     # E2M1_round(x / (S T)), one rounding
         q, e, sticky = _nvfp4_exact_quotient(a, sc, t, 36)
         code, huge = _round_sig(q, e, sticky, 1, 0, 1, False, ROUNDING, False)
@@ -345,8 +357,7 @@ def nvfp4_quantize_kernel(
         y = _nvfp4_cast_input(b, sc, t, ORDER, TWO_LEVEL)
         code = _encode(y, 0, False, 1, 0, 1, 7, 3, -1, -1, ROUNDING, OVERFLOW, SIGNED_ZERO,
                        FLUSH, False)
-    code = tl.where(poison[:, None], 0, code)
-    tl.store(code_ptr + offs, code.to(tl.uint8), mask=m)
+    return code
 
 
 # Runtime (non-constexpr) arguments of each kernel as Triton signature types, for ahead-of-time

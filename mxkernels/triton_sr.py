@@ -250,6 +250,23 @@ def mx_quantize_sr_kernel(
 
 
 @triton.jit
+def _nvfp4_codes_sr(b, a, sc, t, rb, ORDER: tl.constexpr, TWO_LEVEL: tl.constexpr,
+                    OVERFLOW: tl.constexpr, SIGNED_ZERO: tl.constexpr, FLUSH: tl.constexpr):
+    """triton_quant._nvfp4_codes with stochastic rounding by the uint32 words rb."""
+    if ORDER == 0:     # E2M1_sr(x / (S T)) from a quotient with >= 32 bits below the quantum
+        q, e, _ = _nvfp4_exact_quotient(a, sc, t, 38)
+        code, huge = _round_sig_sr(q, e, rb, 1, 0, 1, False)
+        code = tl.where((a == 0) | (sc[:, None] == 0), 0, code)
+        code = _finish(code, huge, (b >> 31) & 1, a, False, 7, 3, -1, -1, OVERFLOW,
+                       SIGNED_ZERO, False)
+    else:              # the te / torchao fp32 cast input, rounded stochastically
+        y = _nvfp4_cast_input(b, sc, t, ORDER, TWO_LEVEL)
+        code = _encode_sr(y, 0, rb, False, 1, 0, 1, 7, 3, -1, -1, OVERFLOW, SIGNED_ZERO,
+                          FLUSH, False)
+    return code
+
+
+@triton.jit
 def nvfp4_quantize_sr_kernel(
         x_ptr, rb_ptr, consts_ptr, scale_ptr, code_ptr, n_rows, n_cols, n_blk, rows_per_tensor,
         seed_lo, seed_hi, offset,
@@ -286,16 +303,7 @@ def nvfp4_quantize_sr_kernel(
         ctr = offs.to(tl.int32).to(tl.uint32, bitcast=True) + _u32(offset)
         rb = _philox_word0(ctr, _u32(seed_lo), _u32(seed_hi))
 
-    if ORDER == 0:     # E2M1_sr(x / (S T)) from a quotient with >= 32 bits below the quantum
-        q, e, _ = _nvfp4_exact_quotient(a, sc, t, 38)
-        code, huge = _round_sig_sr(q, e, rb, 1, 0, 1, False)
-        code = tl.where((a == 0) | (sc[:, None] == 0), 0, code)
-        code = _finish(code, huge, (b >> 31) & 1, a, False, 7, 3, -1, -1, OVERFLOW,
-                       SIGNED_ZERO, False)
-    else:              # the te / torchao fp32 cast input, rounded stochastically
-        y = _nvfp4_cast_input(b, sc, t, ORDER, TWO_LEVEL)
-        code = _encode_sr(y, 0, rb, False, 1, 0, 1, 7, 3, -1, -1, OVERFLOW, SIGNED_ZERO,
-                          FLUSH, False)
+    code = _nvfp4_codes_sr(b, a, sc, t, rb, ORDER, TWO_LEVEL, OVERFLOW, SIGNED_ZERO, FLUSH)
     code = tl.where(poison[:, None], 0, code)
     tl.store(code_ptr + offs, code.to(tl.uint8), mask=m)
 

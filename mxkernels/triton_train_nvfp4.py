@@ -31,15 +31,14 @@ import torch
 import triton
 import triton.language as tl
 
-from mxkernels.triton_common import (KernelUnsupported, _encode, _f32_div, _f32_min_pos,
-                                     _f32_mul, _finish, _max_along,
-                                     _nvfp4_block_scales,
-                                     _round_sig, _F32_INF, _F32_MAX, _F32_ONE, _F32_QNAN)
+from mxkernels.triton_common import (KernelUnsupported, _f32_div, _f32_min_pos, _f32_mul,
+                                     _max_along, _nvfp4_block_scales, _F32_INF, _F32_MAX,
+                                     _F32_ONE, _F32_QNAN)
 from mxkernels.triton_fast import (INTERPRETED, _OUT, _SRC, _load_tile, _prep, _qdq_tile,
                                    _tile_ids, launch_cached)
-from mxkernels.triton_quant import (_element_value, _nvfp4_cast_input, _nvfp4_exact_quotient,
-                                    _nvfp4_tensor_consts, _to_f32, mx_constexprs)
-from mxkernels.triton_sr import _encode_sr, _round_sig_sr
+from mxkernels.triton_quant import (_element_value, _nvfp4_codes, _nvfp4_tensor_consts, _to_f32,
+                                    mx_constexprs)
+from mxkernels.triton_sr import _nvfp4_codes_sr
 from mxkernels.triton_train import _orientation, launch_args
 from mxref.errors import MXRefError
 from mxref.formats import FORMATS
@@ -273,34 +272,15 @@ def _nvfp4_write(b, a, rb, k, amax_ptr, ts_ptr, out_ptr, scale_ptr, code_ptr, of
                                tl.full(sval.shape, _F32_MAX, tl.int32))
         vb, code = _te_fast(b2, sval, inv, SR, _blocks(rb, AXIS, BR, BC) if SR else 0,
                             SIGNED_ZERO, WRITE_Q)
-    else:
+    else:              # the other op orders: triton_quant's / triton_sr's integer encoders
         sc, poison = _nvfp4_block_scales(a2, t, sc6, NAN_POISON, INF_POISON, ORDER,
                                          TWO_LEVEL, SCALE_MIN_TINY)
-    if FAST:
-        pass
-    elif SR:
-        rb2 = _blocks(rb, AXIS, BR, BC)
-        if ORDER == 0:
-            q, e, _ = _nvfp4_exact_quotient(a2, sc, t, 38)
-            code, huge = _round_sig_sr(q, e, rb2, 1, 0, 1, False)
-            code = tl.where((a2 == 0) | (sc[:, None] == 0), 0, code)
-            code = _finish(code, huge, (b2 >> 31) & 1, a2, False, 7, 3, -1, -1, OVERFLOW,
-                           SIGNED_ZERO, False)
+        if SR:
+            code = _nvfp4_codes_sr(b2, a2, sc, t, _blocks(rb, AXIS, BR, BC), ORDER, TWO_LEVEL,
+                                   OVERFLOW, SIGNED_ZERO, FLUSH)
         else:
-            y = _nvfp4_cast_input(b2, sc, t, ORDER, TWO_LEVEL)
-            code = _encode_sr(y, 0, rb2, False, 1, 0, 1, 7, 3, -1, -1, OVERFLOW, SIGNED_ZERO,
-                              FLUSH, False)
-    else:
-        if ORDER == 0:
-            q, e, sticky = _nvfp4_exact_quotient(a2, sc, t, 36)
-            code, huge = _round_sig(q, e, sticky, 1, 0, 1, False, ROUNDING, False)
-            code = tl.where((a2 == 0) | (sc[:, None] == 0), 0, code)
-            code = _finish(code, huge, (b2 >> 31) & 1, a2, False, 7, 3, -1, -1, OVERFLOW,
-                           SIGNED_ZERO, False)
-        else:
-            y = _nvfp4_cast_input(b2, sc, t, ORDER, TWO_LEVEL)
-            code = _encode(y, 0, False, 1, 0, 1, 7, 3, -1, -1, ROUNDING, OVERFLOW, SIGNED_ZERO,
-                           FLUSH, False)
+            code = _nvfp4_codes(b2, a2, sc, t, ORDER, TWO_LEVEL, ROUNDING, OVERFLOW,
+                                SIGNED_ZERO, FLUSH)
     byte = tl.where(poison, 0x7F, sc)
     if not FAST:
         code = tl.where(poison[:, None], 0, code)
