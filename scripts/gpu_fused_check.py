@@ -118,6 +118,7 @@ def _host(signs, n):
 
 
 NVFP4_ONLY = os.environ.get("NVFP4_ONLY") == "1"
+SWEEP = os.environ.get("NVFP4_SWEEP") == "1"        # the NVFP4 tile sweep with NVFP4_ONLY
 
 
 def capture() -> list:
@@ -199,8 +200,9 @@ def bench() -> list:
                          "copy_us": copy * 1e3, "frac_of_copy_bw": moved / (ms * 1e-3) / copy_bw})
             print(rows[-1], flush=True)
         # NVFP4 tile sweep (BR, BC, num_warps) on the dy-like launch; the default is 32x128x4
-        for tile in () if NVFP4_ONLY else ((16, 128, 4), (32, 64, 4), (32, 128, 8),
-                                            (64, 64, 8)):
+        for tile in () if NVFP4_ONLY and not SWEEP else ((16, 128, 4), (32, 64, 4),
+                                                          (32, 128, 8), (64, 64, 8),
+                                                          (16, 64, 4), (16, 128, 8)):
             tn.TILE[0] = tile
             f = arms["nvfp4 te, SR + cols RHT16"]
             f()
