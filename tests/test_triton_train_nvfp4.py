@@ -90,7 +90,8 @@ CASES = [(0, None, None), (0, None, 77), (16, ("mask", 0b1011000011110101), None
 @pytest.mark.parametrize("profile,src", [("te_nvfp4", torch.float32),
                                          ("te_nvfp4", torch.bfloat16),
                                          ("ocp", torch.float32),
-                                         ("torchao_nvfp4", torch.float32)])
+                                         ("torchao_nvfp4", torch.float32),
+                                         ("triton_kernels_nvfp4", torch.float32)])
 @pytest.mark.parametrize("n,signs,seed", CASES)
 def test_qdq_matches_mxref_both_orientations(tn, dev, profile, src, n, signs, seed):
     """Rows unrotated, columns rotated (the Wgrad operand of nvfp4-te), each its own amax and
