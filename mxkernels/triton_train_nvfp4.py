@@ -500,8 +500,8 @@ def qdq(x: torch.Tensor, profile="te_nvfp4", *, rows: bool = True, cols: bool = 
         # RNE, 16 x 128 when an orientation rounds stochastically (1.6x the 32 x 128 tile)
         sr = (rows and row_sr is not None) or (cols and col_sr is not None)
         tile = (16, 128) if sr else (16, 256)
-    if TILE[0] is not None and not INTERPRETED:      # (BR, BC, num_warps): benchmark sweeps
-        tile, nw = TILE[0][:2], TILE[0][2]
+    if TILE[0] is not None:          # (BR, BC, num_warps): benchmark sweeps and tests
+        tile, nw = TILE[0][:2], (None if INTERPRETED else TILE[0][2])
     R, C, row_rot, col_rot, sd, rs, cs, rsr, csr, br, bc = launch_args(
         x, out_dtype, rows, cols, rot_n, row_rot, col_rot, row_signs, col_signs, row_sr, col_sr,
         step, block=16, tile=tile)

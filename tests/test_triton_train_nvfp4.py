@@ -270,3 +270,25 @@ def test_te_products_on_the_underflow_tie(tn, dev, profile):
     assert _same(rv.cpu(), rvals)
     # the tie gives +0 for -2^-149; -3 2^-149 keeps its sign as code 8 (-0)
     assert rc[1, 2] == 0 and rc[1, 4] == 8
+
+
+@pytest.mark.parametrize("tile", [(16, 128, 4), (16, 256, 4)])
+def test_the_gpu_default_tiles_give_the_same_bits(tn, dev, tile):
+    """The launcher's GPU tiles (16 x 128 with SR, 16 x 256 without: one block row of 16 per
+    program down the columns) against mxref, SR and the RHT16 columns included."""
+    rng = np.random.default_rng(9)
+    x = _edge(96, rng)
+    tn.TILE[0] = tile
+    try:
+        rv, cv, q, ts = tn.qdq(torch.from_numpy(x).to(dev), "te_nvfp4", rows=True, cols=True,
+                               with_codes=True, rot_n=16, row_rot=False,
+                               col_signs=("mask", 0xA5F0), row_sr=3, col_sr=4,
+                               out_dtype=torch.float32)
+    finally:
+        tn.TILE[0] = None
+    rs, rc, rt, rvals = _ref(x, "te_nvfp4", 0, None, 3)
+    cs, cc, ct, cvals = _ref(np.ascontiguousarray(x.T), "te_nvfp4", 16,
+                             _host_signs(("mask", 0xA5F0), 16), 4)
+    assert np.array_equal(q[1].cpu().numpy(), rc) and np.array_equal(q[0].cpu().numpy(), rs)
+    assert np.array_equal(q[3].cpu().numpy().T, cc) and np.array_equal(q[2].cpu().numpy().T, cs)
+    assert _same(rv.cpu(), rvals) and _same(cv.cpu(), np.ascontiguousarray(cvals.T))
