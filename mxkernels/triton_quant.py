@@ -218,14 +218,20 @@ def nvfp4_amax_kernel(x_ptr, amax_ptr, n_per_tensor, SRC: tl.constexpr, BLOCK_N:
     m = offs < n_per_tensor
     b = _widen_to_f32(tl.load(x_ptr + t.to(tl.int64) * n_per_tensor + offs, mask=m, other=0),
                       SRC)
-    a = b & 0x7FFFFFFF
+    tl.atomic_max(amax_ptr + t, _max_along(_nvfp4_amax_lanes(b & 0x7FFFFFFF, WITH_INF, FLUSH), 0))
+
+
+@triton.jit
+def _nvfp4_amax_lanes(a, WITH_INF: tl.constexpr, FLUSH: tl.constexpr):
+    """The magnitudes ``a`` as the NVFP4 tensor amax takes them: finite values (and Inf with
+    WITH_INF), flushed subnormals with FLUSH; the others 0."""
     if FLUSH:
         a = tl.where(a < 0x800000, 0, a)
     if WITH_INF:
         keep = a <= _F32_INF
     else:
         keep = a < _F32_INF
-    tl.atomic_max(amax_ptr + t, _max_along(tl.where(keep, a, 0), 0))
+    return tl.where(keep, a, 0)
 
 
 @triton.jit

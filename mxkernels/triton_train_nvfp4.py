@@ -36,8 +36,8 @@ from mxkernels.triton_common import (KernelUnsupported, _f32_div, _f32_min_pos, 
                                      _F32_ONE, _F32_QNAN)
 from mxkernels.triton_fast import (INTERPRETED, _OUT, _SRC, _load_tile, _prep, _qdq_tile,
                                    _tile_ids, launch_cached)
-from mxkernels.triton_quant import (_element_value, _nvfp4_codes, _nvfp4_tensor_consts, _to_f32,
-                                    mx_constexprs)
+from mxkernels.triton_quant import (_element_value, _nvfp4_amax_lanes, _nvfp4_codes,
+                                    _nvfp4_tensor_consts, _to_f32, mx_constexprs)
 from mxkernels.triton_sr import _nvfp4_codes_sr
 from mxkernels.triton_train import _orientation, launch_args
 from mxref.errors import MXRefError
@@ -70,14 +70,8 @@ def _unblocks(v, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
 @triton.jit
 def _amax_of(a, WITH_INF: tl.constexpr, FLUSH: tl.constexpr):
     """The amax (fp32 bits) of the magnitudes ``a`` [BR, BC] as triton_quant.nvfp4_amax_kernel
-    takes it: finite values (and Inf with WITH_INF), flushed subnormals with FLUSH."""
-    if FLUSH:
-        a = tl.where(a < 0x800000, 0, a)
-    if WITH_INF:
-        keep = a <= _F32_INF
-    else:
-        keep = a < _F32_INF
-    return _max_along(_max_along(tl.where(keep, a, 0), 1), 0)
+    takes it (triton_quant._nvfp4_amax_lanes)."""
+    return _max_along(_max_along(_nvfp4_amax_lanes(a, WITH_INF, FLUSH), 1), 0)
 
 
 @triton.jit(do_not_specialize=["row_sg_lo", "row_sg_hi", "row_sg_step", "row_sg_tid",
