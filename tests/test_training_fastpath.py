@@ -257,9 +257,11 @@ def test_validation_bound_fails_on_a_wrong_unquantized_gemm_output(monkeypatch):
     assert bad == [("dgrad", "out")], [r for r in recs if not r.ok]
 
 
-def test_fast_path_validation_fails_on_a_wrong_value(monkeypatch):
+@pytest.mark.parametrize("recipe", ["mxfp4-fdw", "nvfp4-te"])
+def test_fast_path_validation_fails_on_a_wrong_value(monkeypatch, recipe):
     """A planted bug in the fake-quantized values (one element's sign flipped in the row
-    orientation) must fail the in-run check, naming the operand."""
+    orientation) must fail the in-run check, naming the operand (NVFP4: the e2m1 x e4m3
+    values)."""
     real = M._qdq
 
     def bad(t, specs, want_q, *rest):
@@ -269,7 +271,7 @@ def test_fast_path_validation_fails_on_a_wrong_value(monkeypatch):
         return r, c, q, ts
 
     monkeypatch.setattr(M, "_qdq", bad)
-    m = _pair()
+    m = _pair(recipe)
     capture_next(m)
     _fwd_bwd(m, torch.randn(48, 64))
     recs = check_capture(m)
@@ -508,7 +510,7 @@ def test_quartet_plan_quantizes_the_forward_copies_in_the_backward():
     assert p["x"][1] is None and p["w"][1] is None        # no high-precision Wgrad / Dgrad copy
     assert (p["fx"].gemm, p["fx"].side, p["fx"].hadamard, p["fx"].n) == (2, 1, "random", 32)
     assert (p["fw"].gemm, p["fw"].side, p["fw"].hadamard, p["fw"].n) == (1, 1, "random", 32)
-    assert p["unrot"] == {"fx": 32, "fw": 32} and (p["unrot_signs"] == 1).all()
+    assert p["unrot"] == {"fx": 32, "fw": 32} and p["unrot_signs"] is None   # H32 signs all +1
     # a forward copy under random forward signs, or one quantized with a correction, is left
     # to the generic path
     q = get_recipe("quartet")
@@ -635,5 +637,21 @@ def test_nvfp4_with_k_off_the_block_size_falls_back_to_the_generic_path(monkeypa
     x0 = torch.randn(64, 40)
     fast = _fwd_bwd(m, x0, True)
     assert calls == []
+    slow = _fwd_bwd(m, x0, False)
+    assert all(torch.equal(a, b) for a, b in zip(fast, slow) if a is not None)
+
+
+def test_a_forward_copy_under_fixed_signs_is_rotated_back_with_them():
+    """Quartet with TE's fixed-sign H16 in the forward (signs with -1s): the rotation back
+    applies them (plan["unrot_signs"]), bit-identical to the generic path."""
+    q = get_recipe("quartet")
+    r = q.replace(name="q-te16", fprop=dataclasses.replace(q.fprop, hadamard="fixed_sign",
+                                                            hadamard_n=16))
+    p = M.fast_plan(r)
+    assert p["unrot"] == {"fx": 16, "fw": 16} and (p["unrot_signs"] < 0).any()
+    m = _pair(r)
+    m.layer_id, m.step = 1, 3
+    x0 = torch.randn(64, 64)
+    fast = _fwd_bwd(m, x0, True)
     slow = _fwd_bwd(m, x0, False)
     assert all(torch.equal(a, b) for a, b in zip(fast, slow) if a is not None)

@@ -538,8 +538,9 @@ def _fast_plan(recipe) -> dict | None:
             "dy": (o("dgrad", 0), o("wgrad", 0)), "fx": fwd("wgrad"), "fw": fwd("dgrad")}
     fr = fp.hadamard_n if fp.hadamard != "none" else 0
     plan["unrot"] = {"fx": fr if plan["fx"] else 0, "fw": fr if plan["fw"] else 0}
-    plan["unrot_signs"] = None if not fr else Q.hadamard_signs(
-        fp.hadamard, fr, seed=recipe.seed, step=0, tensor_id=0)      # fixed signs
+    us = None if not fr else Q.hadamard_signs(fp.hadamard, fr, seed=recipe.seed, step=0,
+                                              tensor_id=0)          # fixed signs
+    plan["unrot_signs"] = us if us is not None and (us < 0).any() else None   # None: all +1
     plan["rotates"] = any(o is not None and o.n for k in ("x", "w", "dy") for o in plan[k]) \
         or any(plan[k] is not None and plan[k].n for k in ("fx", "fw"))
     # the shapes decide whether a call can take the fast path (_fast_shapes_ok)
@@ -761,7 +762,7 @@ def _gemm(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype, autocast: bool, 
     multiplied by ``alpha`` (:func:`_alpha`, as the generic path), and with ``n`` rotated back
     through the forward's rotation along the last axis (size n, fixed signs +-1): the generic
     path's Q.unrotate (butterfly, * 1/sqrt(n), * signs) as one triton_rotate launch (the same
-    butterfly) and, for signs that are not all +1, an exact sign flip. Such a GEMM keeps its
+    butterfly) and, with ``signs`` (None when all are +1), an exact sign flip. Such a GEMM keeps its
     fp32 result under autocast too (rounding before the epilogue would change it)."""
     if not n and alpha is None:
         return _mm(a, b, dtype, autocast)
@@ -775,8 +776,9 @@ def _gemm(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype, autocast: bool, 
         return out.to(dtype)
     with Q._section(out.device):
         out = Q.triton_module("triton_rotate", out.device).rotate(out.contiguous(), n)
-        if signs is not None and (signs < 0).any():
-            out = out * _SIGNS.get(torch.from_numpy(signs.astype(np.float32)), out.device)
+        if signs is not None:                # per n-block along the last axis
+            sg = _SIGNS.get(torch.from_numpy(signs.astype(np.float32)), out.device)
+            out = (out.reshape(-1, n) * sg).reshape(out.shape)
     return out.to(dtype)
 
 
