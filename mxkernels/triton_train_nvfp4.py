@@ -6,13 +6,14 @@ NVFP4's tensor scale needs the whole tensor's amax first, and each orientation h
 the rows and the columns of an unrotated tensor share it, a rotated orientation takes the amax
 of the rotated values along its axis. So one :func:`qdq` is three launches:
 
-1. a memset of two int32 amax slots (rows, columns);
+1. a memset of an int32 buffer: two amax slots (rows, columns), a program count, the tensor
+   constants;
 2. ``nvfp4_train_amax_kernel``: each [BR, BC] tile, rotated per orientation as the qdq kernel
    will rotate it (``triton_train._orientation``: Hadamard 16 / 32, signs none / mask /
    Philox), reduced to the finite amax (Inf too where the profile keeps it) by atomic max;
-3. ``nvfp4_qdq_train_kernel``: per orientation the tensor constants from its amax
-   (``triton_quant._nvfp4_tensor_consts``, computed by every program; program 0 writes T),
-   the block scales (``triton_common._nvfp4_block_scales``), the E2M1 codes by the profile's op
+   the last program to finish turns each amax into its tensor constants
+   (``triton_quant._nvfp4_tensor_consts``, in integers, once per launch) and writes T;
+3. ``nvfp4_qdq_train_kernel``: per orientation, with those tensor constants, the block scales (``triton_common._nvfp4_block_scales``), the E2M1 codes by the profile's op
    order, rounded to nearest or stochastically with the words of ``mxref.random_bits`` (rows:
    element (r, c) takes word r * C + c; columns, the operand x^T: word c * R + r), the same
    helpers as ``triton_quant.nvfp4_quantize_kernel`` / ``triton_sr.nvfp4_quantize_sr_kernel``.
@@ -74,19 +75,34 @@ def _amax_of(a, WITH_INF: tl.constexpr, FLUSH: tl.constexpr):
     return _max_along(_max_along(_nvfp4_amax_lanes(a, WITH_INF, FLUSH), 1), 0)
 
 
+@triton.jit
+def _tensor_consts(amax_ptr, ts_ptr, k, ORDER: tl.constexpr, TWO_LEVEL: tl.constexpr):
+    """The last amax program: orientation k's final amax (read by an atomic, from L2) -> T,
+    S_enc / 6 (fp32 bits) in the buffer, T in ts[k]."""
+    one = tl.arange(0, 1)
+    am = tl.atomic_max(amax_ptr + k + one, tl.full([1], 0, tl.int32), sem="acquire")
+    t, _, sc6 = _nvfp4_tensor_consts(am, ORDER, TWO_LEVEL)
+    tl.store(amax_ptr + 4 + k + one, t)
+    tl.store(amax_ptr + 6 + k + one, sc6)
+    tl.store(ts_ptr + k + one, t)
+
+
 @triton.jit(do_not_specialize=["row_sg_lo", "row_sg_hi", "row_sg_step", "row_sg_tid",
                                "col_sg_lo", "col_sg_hi", "col_sg_step", "col_sg_tid"])
 def nvfp4_train_amax_kernel(
-        x_ptr, amax_ptr, step_ptr, n_rows, n_cols,
+        x_ptr, amax_ptr, ts_ptr, step_ptr, n_rows, n_cols,
         row_sg_lo, row_sg_hi, row_sg_step, row_sg_tid,
         col_sg_lo, col_sg_hi, col_sg_step, col_sg_tid,
         SRC: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr, BR: tl.constexpr,
         BC: tl.constexpr, ROT_N: tl.constexpr, LOG2N: tl.constexpr, C_BITS: tl.constexpr,
         ROW_ROT: tl.constexpr, COL_ROT: tl.constexpr, ROW_SIGNS: tl.constexpr,
         COL_SIGNS: tl.constexpr, STEP_DEV: tl.constexpr, WITH_INF: tl.constexpr,
-        FLUSH: tl.constexpr):
-    """amax[0] (rows) and amax[1] (columns), zeroed by the launcher: the atomic max over the
-    tiles of each orientation's (rotated) magnitudes."""
+        FLUSH: tl.constexpr, ORDER: tl.constexpr, TWO_LEVEL: tl.constexpr):
+    """amax[0] (rows) and amax[1] (columns), zeroed by the launcher with the rest of the int32
+    [8] buffer: the atomic max over the tiles of each orientation's (rotated) magnitudes. The
+    last program to finish (amax[2] counts the finished ones) turns each amax into its tensor
+    constants once for the whole launch (triton_quant._nvfp4_tensor_consts, in integers):
+    T into amax[4 + k] and ts[k], S_enc / 6 into amax[6 + k]."""
     if STEP_DEV:
         step = tl.load(step_ptr)
     else:
@@ -105,6 +121,13 @@ def nvfp4_train_amax_kernel(
                                 COL_SIGNS, False, 0, 0, 0, col_sg_lo, col_sg_hi, col_sg_step,
                                 col_sg_tid, step, STEP_DEV)
         tl.atomic_max(amax_ptr + 1, _amax_of(ao, WITH_INF, FLUSH))
+    tl.debug_barrier()            # every thread's atomics above come before the count
+    done = tl.atomic_add(amax_ptr + 2, 1, sem="acq_rel")
+    if done == tl.num_programs(0) - 1:
+        if ROWS:
+            _tensor_consts(amax_ptr, ts_ptr, 0, ORDER, TWO_LEVEL)
+        if COLS:
+            _tensor_consts(amax_ptr, ts_ptr, 1, ORDER, TWO_LEVEL)
 
 
 @triton.jit
@@ -146,12 +169,33 @@ def _te_blocks(a2, t, sc6, NAN_POISON: tl.constexpr, INF_POISON: tl.constexpr):
 
 
 @triton.jit
-def _te_fast(b2, sval, inv, SR: tl.constexpr, rb2, SIGNED_ZERO: tl.constexpr,
-             WRITE_Q: tl.constexpr):
-    """(signed value bits, E2M1 codes or 0) of the te order for the fp32 bits b2 [M, 16] of
-    blocks with E4M3 scale values sval and inv = min(fl(1 / fl(S T)), FLT_MAX) [M] (fp32
-    bits): y = fl(x * inv), then RNE or SR to E2M1, satfinite; the codes and values
-    triton_common._encode / triton_sr._encode_sr and e2m1 x e4m3 give, on the FPU.
+def _te_y(b2, inv, INV_NORMAL: tl.constexpr):
+    """y = fl(|x| * inv) of the te order (fp32 bits; Inf / NaN inputs kept as they are) for
+    the fp32 bits b2 [M, 16] of blocks with inv = min(fl(1 / fl(S T)), FLT_MAX) [M] (fp32
+    bits), where only "zero or not" matters below 2^-126 (_te_exact).
+
+    INV_NORMAL (every inv normal, as _te_blocks gives): the FPU product of the magnitudes is
+    taken as it is; it is exact IEEE wherever x is 0, Inf or NaN, or normal with a product of
+    at least 2^-125 (normal operands, a normal result: nothing a flushing FPU touches). A tile
+    with any other element (a subnormal x, a product below 2^-125: rare in real tensors) takes
+    _te_exact for the whole tile, a uniform branch."""
+    ax = b2 & 0x7FFFFFFF
+    if INV_NORMAL:
+        z = (ax.to(tl.float32, bitcast=True) *
+             inv.to(tl.float32, bitcast=True)[:, None]).to(tl.int32, bitcast=True)
+        slow = (ax != 0) & (ax < _F32_INF) & ((ax < 0x800000) | (z < 0x01000000))
+        if _max_along(_max_along(slow.to(tl.int32), 1), 0) > 0:
+            ay = _te_exact(ax, inv)
+        else:
+            ay = tl.where(ax >= _F32_INF, ax, z)
+    else:
+        ay = _te_exact(ax, inv)
+    return ay
+
+
+@triton.jit
+def _te_exact(ax, inv):
+    """_te_y for any inv (normal or not) and any |x| bits ax [M, 16], on the FPU.
 
     No subnormal ever meets the FPU (which may flush them): per block inv' = inv 2^48 when
     inv < 2^64 (a subnormal inv from its integer significand), else inv' = inv; a subnormal x
@@ -161,17 +205,12 @@ def _te_fast(b2, sval, inv, SR: tl.constexpr, rb2, SIGNED_ZERO: tl.constexpr,
     p >= 2^-126. Below that, y is a signed zero in E2M1 (quantum 0.5; SR: floor(rest / q 2^32)
     = 0 below 2^-33), and all that matters is whether fl(p) is 0 (p <= 2^-150, the tie going
     to even 0): p 2^F > 2^(F-150) (F >= 48 there: F < 48 cannot give p < 2^-126), Z equal to
-    it being decided by the integer product of the significands. RNE: f = fl(y + m) - m with m =
-    2^(max(e_y, 0) + 22), y clamped at 6.0 first (all above saturates there); SR: the integer
-    rule of triton_fast._qdq_orient's SR branch (MBITS 1, EMIN 0). The value is the rounded
-    magnitude times the E4M3 scale (exact), the sign OR-ed in as _finish signs the code; NaN
-    gives +0 (code 0)."""
+    it being decided by the integer product of the significands."""
     big = inv >= 0x5F800000                                  # inv >= 2^64: used as it is
     inv2 = tl.where(big, inv, tl.where(
         inv < 0x800000, (inv.to(tl.float32) * 3.944304526105059e-31).to(tl.int32, bitcast=True),
         inv + (48 << 23)))                                   # subnormal m 2^-149 -> m 2^-101
     fb = tl.where(big, 0, 48)
-    ax = b2 & 0x7FFFFFFF
     sub = ax < 0x800000                                      # subnormal or zero input
     X = tl.where(sub, ax.to(tl.float32) * 2.350988701644575e-38,      # |x| 2^24 (2^-125)
                  ax.to(tl.float32, bitcast=True))
@@ -192,6 +231,19 @@ def _te_fast(b2, sval, inv, SR: tl.constexpr, rb2, SIGNED_ZERO: tl.constexpr,
         tl.int64))
     nz = (zb > thr) | ((zb == thr) & above)
     ay = tl.where(ax >= _F32_INF, ax, tl.where(normal, yv, nz.to(tl.int32)))   # Inf, NaN
+    return ay
+
+
+@triton.jit
+def _te_round(b2, ay, sval, SR: tl.constexpr, rb2, SIGNED_ZERO: tl.constexpr,
+              WRITE_Q: tl.constexpr):
+    """(signed value bits, E2M1 codes or 0) of the te order for the fp32 bits b2 [M, 16] with
+    y = ay (_te_y) and E4M3 scale values sval [M]: RNE or SR of y to E2M1, satfinite; the
+    codes and values triton_common._encode / triton_sr._encode_sr and e2m1 x e4m3 give, on the
+    FPU. RNE: f = fl(y + m) - m with m = 2^(max(e_y, 0) + 22), y clamped at 6.0 first (all
+    above saturates there); SR: the integer rule of triton_fast._qdq_orient's SR branch (MBITS
+    1, EMIN 0). The value is the rounded magnitude times the E4M3 scale (exact), the sign
+    OR-ed in as _finish signs the code; NaN gives +0 (code 0)."""
     neg = (b2 >> 31) & 1
     if SR:
         e = ay >> 23
@@ -233,7 +285,7 @@ def _te_fast(b2, sval, inv, SR: tl.constexpr, rb2, SIGNED_ZERO: tl.constexpr,
 
 
 @triton.jit
-def _nvfp4_write(b, a, rb, k, amax_ptr, ts_ptr, out_ptr, scale_ptr, code_ptr, offs, m, rows,
+def _nvfp4_write(b, a, rb, k, amax_ptr, out_ptr, scale_ptr, code_ptr, offs, m, rows,
                  cols, r0, c0, n_rows, n_cols, AXIS: tl.constexpr, BR: tl.constexpr,
                  BC: tl.constexpr, OUT_BF16: tl.constexpr, WRITE_Q: tl.constexpr,
                  SR: tl.constexpr, ORDER: tl.constexpr, TWO_LEVEL: tl.constexpr,
@@ -243,10 +295,8 @@ def _nvfp4_write(b, a, rb, k, amax_ptr, ts_ptr, out_ptr, scale_ptr, code_ptr, of
     """One orientation (amax slot k) of the tile: the NVFP4 block scales and codes of the
     (rotated) fp32 bits b, as nvfp4_quantize_kernel / nvfp4_quantize_sr_kernel compute them,
     then e2m1 x e4m3 per element written to out_ptr (bf16 or fp32)."""
-    am = tl.load(amax_ptr + k + tl.arange(0, 1))
-    t, s_enc, sc6 = _nvfp4_tensor_consts(am, ORDER, TWO_LEVEL)
-    if tl.program_id(0) == 0:
-        tl.store(ts_ptr + k + tl.arange(0, 1), t)
+    t = tl.load(amax_ptr + 4 + k + tl.arange(0, 1))        # from nvfp4_train_amax_kernel
+    sc6 = tl.load(amax_ptr + 6 + k + tl.arange(0, 1))
     b2 = _blocks(b, AXIS, BR, BC)
     a2 = _blocks(a, AXIS, BR, BC)
     if FLUSH:                        # amax and the exact order see flushed inputs
@@ -256,6 +306,7 @@ def _nvfp4_write(b, a, rb, k, amax_ptr, ts_ptr, out_ptr, scale_ptr, code_ptr, of
     if FAST:
         if _max_along(t, 0) >= 0x05000000:        # T >= 2^-117: the blocks on the FPU
             sc, sval, inv, poison = _te_blocks(a2, t, sc6, NAN_POISON, INF_POISON)
+            ay = _te_y(b2, inv, True)
         else:                                      # a tiny tensor: in integers
             sc, poison = _nvfp4_block_scales(a2, t, sc6, NAN_POISON, INF_POISON, ORDER,
                                              TWO_LEVEL, SCALE_MIN_TINY)
@@ -264,8 +315,9 @@ def _nvfp4_write(b, a, rb, k, amax_ptr, ts_ptr, out_ptr, scale_ptr, code_ptr, of
             inv = _f32_min_pos(_f32_div(tl.full(sval.shape, _F32_ONE, tl.int32),
                                         _f32_mul(sval, t)),
                                tl.full(sval.shape, _F32_MAX, tl.int32))
-        vb, code = _te_fast(b2, sval, inv, SR, _blocks(rb, AXIS, BR, BC) if SR else 0,
-                            SIGNED_ZERO, WRITE_Q)
+            ay = _te_y(b2, inv, False)
+        vb, code = _te_round(b2, ay, sval, SR, _blocks(rb, AXIS, BR, BC) if SR else 0,
+                             SIGNED_ZERO, WRITE_Q)
     else:              # the other op orders: triton_quant's / triton_sr's integer encoders
         sc, poison = _nvfp4_block_scales(a2, t, sc6, NAN_POISON, INF_POISON, ORDER,
                                          TWO_LEVEL, SCALE_MIN_TINY)
@@ -293,8 +345,8 @@ def _nvfp4_write(b, a, rb, k, amax_ptr, ts_ptr, out_ptr, scale_ptr, code_ptr, of
         code = tl.where(poison[:, None], 0, code)
     vb = tl.where((byte == 0x7F)[:, None], 0x7FC00000, vb)
     vb = _unblocks(vb, AXIS, BR, BC)
-    if OUT_BF16:     # RNE with integer ops; every value here is exact in bf16 or the NaN
-        hb = ((vb + 0x7FFF + ((vb >> 16) & 1)) >> 16) & 0xFFFF
+    if OUT_BF16:     # every value has <= 6 significant bits (2 of E2M1 x 4 of E4M3) in the
+        hb = (vb >> 16) & 0xFFFF       # bf16 range, or is the NaN: its top half is exact
         tl.store(out_ptr + offs, hb.to(tl.int16).to(tl.bfloat16, bitcast=True), mask=m)
     else:
         tl.store(out_ptr + offs, vb.to(tl.float32, bitcast=True), mask=m)
@@ -317,7 +369,7 @@ def _nvfp4_write(b, a, rb, k, amax_ptr, ts_ptr, out_ptr, scale_ptr, code_ptr, of
                                "row_sg_step", "row_sg_tid", "col_sg_lo", "col_sg_hi",
                                "col_sg_step", "col_sg_tid"])
 def nvfp4_qdq_train_kernel(
-        x_ptr, amax_ptr, ts_ptr, row_out_ptr, col_out_ptr, row_scale_ptr, row_code_ptr,
+        x_ptr, amax_ptr, row_out_ptr, col_out_ptr, row_scale_ptr, row_code_ptr,
         col_scale_ptr, col_code_ptr, step_ptr, n_rows, n_cols,
         row_sr_lo, row_sr_hi, row_sr_gs, col_sr_lo, col_sr_hi, col_sr_gs,
         row_sg_lo, row_sg_hi, row_sg_step, row_sg_tid,
@@ -332,8 +384,8 @@ def nvfp4_qdq_train_kernel(
         NAN_POISON: tl.constexpr, INF_POISON: tl.constexpr, SIGNED_ZERO: tl.constexpr,
         FLUSH: tl.constexpr):
     """NVFP4 fake quantization of each tile per orientation (rotation and SR as
-    triton_train.mx_qdq_train_kernel; the amaxes from nvfp4_train_amax_kernel); ts[0] / ts[1]
-    get the rows' / columns' decode-side tensor scale T (fp32 bits)."""
+    triton_train.mx_qdq_train_kernel; each orientation's tensor constants T and S_enc / 6 from
+    nvfp4_train_amax_kernel)."""
     if STEP_DEV:
         step = tl.load(step_ptr)
     else:
@@ -346,7 +398,7 @@ def nvfp4_qdq_train_kernel(
                                   C_BITS, ROW_SIGNS, ROW_SR, row_sr_lo, row_sr_hi, row_sr_gs,
                                   row_sg_lo, row_sg_hi, row_sg_step, row_sg_tid, step,
                                   STEP_DEV)
-        _nvfp4_write(bo, ao, rb, 0, amax_ptr, ts_ptr, row_out_ptr, row_scale_ptr, row_code_ptr,
+        _nvfp4_write(bo, ao, rb, 0, amax_ptr, row_out_ptr, row_scale_ptr, row_code_ptr,
                      offs, m, rows, cols, r0, c0, n_rows, n_cols, 1, BR, BC, OUT_BF16, WRITE_Q,
                      ROW_SR, ORDER, TWO_LEVEL, SCALE_MIN_TINY, ROUNDING, OVERFLOW, NAN_POISON,
                      INF_POISON, SIGNED_ZERO, FLUSH)
@@ -356,7 +408,7 @@ def nvfp4_qdq_train_kernel(
                                   C_BITS, COL_SIGNS, COL_SR, col_sr_lo, col_sr_hi, col_sr_gs,
                                   col_sg_lo, col_sg_hi, col_sg_step, col_sg_tid, step,
                                   STEP_DEV)
-        _nvfp4_write(bo, ao, rb, 1, amax_ptr, ts_ptr, col_out_ptr, col_scale_ptr, col_code_ptr,
+        _nvfp4_write(bo, ao, rb, 1, amax_ptr, col_out_ptr, col_scale_ptr, col_code_ptr,
                      offs, m, rows, cols, r0, c0, n_rows, n_cols, 0, BR, BC, OUT_BF16, WRITE_Q,
                      COL_SR, ORDER, TWO_LEVEL, SCALE_MIN_TINY, ROUNDING, OVERFLOW, NAN_POISON,
                      INF_POISON, SIGNED_ZERO, FLUSH)
@@ -387,11 +439,11 @@ _INTS = ("row_sr_lo", "row_sr_hi", "row_sr_gs", "col_sr_lo", "col_sr_hi", "col_s
          "row_sg_lo", "row_sg_hi", "row_sg_step", "row_sg_tid", "col_sg_lo", "col_sg_hi",
          "col_sg_step", "col_sg_tid")
 ARG_TYPES = {
-    "nvfp4_train_amax": {"x_ptr": "SRC", "amax_ptr": "*i32", "step_ptr": "*i64",
+    "nvfp4_train_amax": {"x_ptr": "SRC", "amax_ptr": "*i32", "ts_ptr": "*i32",
+                         "step_ptr": "*i64",
                          "n_rows": "i32", "n_cols": "i32",
                          **{k: "i32" for k in _INTS if "_sg_" in k}},
-    "nvfp4_qdq_train": {"x_ptr": "SRC", "amax_ptr": "*i32", "ts_ptr": "*i32",
-                        "row_out_ptr": "OUT", "col_out_ptr": "OUT", "row_scale_ptr": "*u8",
+    "nvfp4_qdq_train": {"x_ptr": "SRC", "amax_ptr": "*i32", "row_out_ptr": "OUT", "col_out_ptr": "OUT", "row_scale_ptr": "*u8",
                         "row_code_ptr": "*u8", "col_scale_ptr": "*u8", "col_code_ptr": "*u8",
                         "step_ptr": "*i64", "n_rows": "i32", "n_cols": "i32",
                         **{k: "i32" for k in _INTS}}}
@@ -440,7 +492,8 @@ def nvfp4_train_constexprs(profile, src, *, rows, cols, with_codes, out_dtype, b
                COL_ROT=bool(col_rot), ROW_SIGNS=row_signs, COL_SIGNS=col_signs,
                STEP_DEV=bool(step_dev))
     base = dict(SRC=_SRC_KIND[src], ROWS=bool(rows), COLS=bool(cols), BR=br, BC=bc, **rot)
-    amax = dict(base, WITH_INF=p["WITH_INF"], FLUSH=p["FLUSH"])
+    amax = dict(base, WITH_INF=p["WITH_INF"], FLUSH=p["FLUSH"], ORDER=p["ORDER"],
+                TWO_LEVEL=p["TWO_LEVEL"])
     q = dict(base, WRITE_Q=bool(with_codes), OUT_BF16=out_dtype == "bfloat16",
              ROW_SR=bool(row_sr), COL_SR=bool(col_sr),
              **{k: v for k, v in p.items() if k != "WITH_INF"})
@@ -507,7 +560,9 @@ def qdq(x: torch.Tensor, profile="te_nvfp4", *, rows: bool = True, cols: bool = 
     rv = torch.empty((R, C), dtype=out_dtype, device=dev) if rows else None
     cv = torch.empty((R, C), dtype=out_dtype, device=dev) if cols else None
     ts = torch.ones(2, dtype=torch.float32, device=dev)      # T = 1 for an empty tensor
-    amax = torch.zeros(2, dtype=torch.int32, device=dev)
+    # amax (rows, columns), finished programs, unused, T (rows, columns), S_enc / 6 (rows,
+    # columns): nvfp4_train_amax_kernel's docstring
+    amax = torch.zeros(8, dtype=torch.int32, device=dev)
     dummy = rv if rv is not None else cv
     q = None
     ptrs = (dummy,) * 4
@@ -521,11 +576,12 @@ def qdq(x: torch.Tensor, profile="te_nvfp4", *, rows: bool = True, cols: bool = 
         grid = triton.cdiv(R, br) * triton.cdiv(C, bc)
         stp = step if sd else bits
         launch_cached(nvfp4_train_amax_kernel, grid, ca, nw,
-                      (bits, amax, stp, R, C, *rs[1:], *cs[1:]), 3, enable_fp_fusion=False)
+                      (bits, amax, ts.view(torch.int32), stp, R, C, *rs[1:], *cs[1:]), 4,
+                      enable_fp_fusion=False)
         launch_cached(nvfp4_qdq_train_kernel, grid, cq, nw,
-                      (bits, amax, ts.view(torch.int32), dummy if rv is None else rv,
+                      (bits, amax, dummy if rv is None else rv,
                        dummy if cv is None else cv, *ptrs, stp, R, C, *rsr, *csr, *rs[1:],
-                       *cs[1:]), 10, enable_fp_fusion=False)
+                       *cs[1:]), 9, enable_fp_fusion=False)
     return rv, cv, q, ts
 
 

@@ -292,3 +292,27 @@ def test_the_gpu_default_tiles_give_the_same_bits(tn, dev, tile):
     assert np.array_equal(q[1].cpu().numpy(), rc) and np.array_equal(q[0].cpu().numpy(), rs)
     assert np.array_equal(q[3].cpu().numpy().T, cc) and np.array_equal(q[2].cpu().numpy().T, cs)
     assert _same(rv.cpu(), rvals) and _same(cv.cpu(), np.ascontiguousarray(cvals.T))
+
+
+@pytest.mark.parametrize("where", ["last", "middle"])
+def test_the_tensor_scale_waits_for_every_tile(tn, dev, where):
+    """The tensor constants come from the last amax program to finish: a tensor of 8 tiles
+    whose amax (rows: plain; columns: after the RHT16) sits in the last or a middle tile
+    gives mxref's T for both orientations, and the values that follow from it."""
+    rng = np.random.default_rng(21)
+    x = rng.standard_normal((64, 256)).astype(np.float32)
+    r, c = (63, 250) if where == "last" else (37, 130)
+    x[r, c] = np.float32(3.0e4)
+    tn.TILE[0] = (16, 128, 4)
+    try:
+        rv, cv, q, ts = tn.qdq(torch.from_numpy(x).to(dev), "te_nvfp4", rows=True, cols=True,
+                               rot_n=16, row_rot=False, col_signs=("mask", 0x0F0F),
+                               out_dtype=torch.float32)
+    finally:
+        tn.TILE[0] = None
+    _, _, rt, rvals = _ref(x, "te_nvfp4", 0, None, None)
+    _, _, ct, cvals = _ref(np.ascontiguousarray(x.T), "te_nvfp4", 16,
+                           _host_signs(("mask", 0x0F0F), 16), None)
+    assert ts.cpu().numpy().view(np.uint32).tolist() == [np.float32(rt).view(np.uint32),
+                                                         np.float32(ct).view(np.uint32)]
+    assert _same(rv.cpu(), rvals) and _same(cv.cpu(), np.ascontiguousarray(cvals.T))
