@@ -36,7 +36,7 @@ from mxkernels.triton_common import (KernelUnsupported, _f32_div, _f32_min_pos, 
                                      _max_along, _nvfp4_block_scales, _F32_INF, _F32_MAX,
                                      _F32_ONE, _F32_QNAN)
 from mxkernels.triton_fast import (INTERPRETED, _OUT, _SRC, _load_tile, _prep, _qdq_tile,
-                                   _tile_ids, launch_cached)
+                                   launch_cached)
 from mxkernels.triton_quant import (_element_value, _nvfp4_amax_lanes, _nvfp4_codes,
                                     _nvfp4_tensor_consts, _to_f32, mx_constexprs)
 from mxkernels.triton_sr import _nvfp4_codes_sr
@@ -66,6 +66,17 @@ def _unblocks(v, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr):
     if AXIS == 1:
         return tl.reshape(v, (BR, BC))
     return tl.reshape(tl.permute(tl.reshape(v, (BR // 16, BC, 16)), (0, 2, 1)), (BR, BC))
+
+
+@triton.jit
+def _bc(v, RA: tl.constexpr):
+    """A per-block vector v [M] against its blocks' elements: blocks along axis RA of an
+    [M, 16] (RA 1: one block per row) or a [16, M] (RA 0: one block per column) tensor."""
+    if RA == 1:
+        out = v[:, None]
+    else:
+        out = v[None, :]
+    return out
 
 
 @triton.jit
@@ -99,7 +110,9 @@ def nvfp4_train_amax_kernel(
         COL_SIGNS: tl.constexpr, STEP_DEV: tl.constexpr, WITH_INF: tl.constexpr,
         FLUSH: tl.constexpr, ORDER: tl.constexpr, TWO_LEVEL: tl.constexpr):
     """amax[0] (rows) and amax[1] (columns), zeroed by the launcher with the rest of the int32
-    [8] buffer: the atomic max over the tiles of each orientation's (rotated) magnitudes. The
+    [8] buffer: the atomic max over the programs of each orientation's (rotated) magnitudes,
+    each program looping over tiles pid, pid + grid, ... (the grid may be smaller than the
+    number of tiles). The
     last program to finish (amax[2] counts the finished ones) turns each amax into its tensor
     constants once for the whole launch (triton_quant._nvfp4_tensor_consts, in integers):
     T into amax[4 + k] and ts[k], S_enc / 6 into amax[6 + k]."""
@@ -107,20 +120,31 @@ def nvfp4_train_amax_kernel(
         step = tl.load(step_ptr)
     else:
         step = 0
-    r0, c0 = _tile_ids(n_rows, n_cols, BR, BC)
-    b, a = _load_tile(x_ptr, r0, c0, n_rows, n_cols, BR, BC, SRC)
+    # a grid-stride loop over the tiles: one atomic per orientation and program, not per tile
+    # (same-address atomics serialize in L2)
+    n_ct = (n_cols + BC - 1) // BC
+    n_tiles = ((n_rows + BR - 1) // BR) * n_ct
+    m_r = tl.program_id(0) * 0
+    m_c = tl.program_id(0) * 0
+    for tid in range(tl.program_id(0), n_tiles, tl.num_programs(0)):
+        pr = tid // n_ct
+        b, a = _load_tile(x_ptr, pr * BR, (tid - pr * n_ct) * BC, n_rows, n_cols, BR, BC, SRC)
+        if ROWS:
+            rn: tl.constexpr = ROT_N if ROW_ROT else 0
+            _, ao, _ = _orientation(b, a, 0, 0, n_rows, n_cols, 1, BR, BC, rn, LOG2N, C_BITS,
+                                    ROW_SIGNS, False, 0, 0, 0, row_sg_lo, row_sg_hi,
+                                    row_sg_step, row_sg_tid, step, STEP_DEV)
+            m_r = tl.maximum(m_r, _amax_of(ao, WITH_INF, FLUSH))
+        if COLS:
+            cn: tl.constexpr = ROT_N if COL_ROT else 0
+            _, ao, _ = _orientation(b, a, 0, 0, n_rows, n_cols, 0, BR, BC, cn, LOG2N, C_BITS,
+                                    COL_SIGNS, False, 0, 0, 0, col_sg_lo, col_sg_hi,
+                                    col_sg_step, col_sg_tid, step, STEP_DEV)
+            m_c = tl.maximum(m_c, _amax_of(ao, WITH_INF, FLUSH))
     if ROWS:
-        rn: tl.constexpr = ROT_N if ROW_ROT else 0
-        _, ao, _ = _orientation(b, a, 0, 0, n_rows, n_cols, 1, BR, BC, rn, LOG2N, C_BITS,
-                                ROW_SIGNS, False, 0, 0, 0, row_sg_lo, row_sg_hi, row_sg_step,
-                                row_sg_tid, step, STEP_DEV)
-        tl.atomic_max(amax_ptr, _amax_of(ao, WITH_INF, FLUSH))
+        tl.atomic_max(amax_ptr, m_r)
     if COLS:
-        cn: tl.constexpr = ROT_N if COL_ROT else 0
-        _, ao, _ = _orientation(b, a, 0, 0, n_rows, n_cols, 0, BR, BC, cn, LOG2N, C_BITS,
-                                COL_SIGNS, False, 0, 0, 0, col_sg_lo, col_sg_hi, col_sg_step,
-                                col_sg_tid, step, STEP_DEV)
-        tl.atomic_max(amax_ptr + 1, _amax_of(ao, WITH_INF, FLUSH))
+        tl.atomic_max(amax_ptr + 1, m_c)
     tl.debug_barrier()            # every thread's atomics above come before the count
     done = tl.atomic_add(amax_ptr + 2, 1, sem="acq_rel")
     if done == tl.num_programs(0) - 1:
@@ -131,8 +155,10 @@ def nvfp4_train_amax_kernel(
 
 
 @triton.jit
-def _te_blocks(a2, t, sc6, NAN_POISON: tl.constexpr, INF_POISON: tl.constexpr):
-    """te order, per block of the magnitudes a2 [M, 16] (T = t and S_enc / 6 = sc6 as [1]
+def _te_blocks(a2, t, sc6, NAN_POISON: tl.constexpr, INF_POISON: tl.constexpr,
+               RA: tl.constexpr):
+    """te order, per block of the magnitudes a2 (blocks along axis RA: _bc) (T = t and
+    S_enc / 6 = sc6 as [1]
     fp32 bits, T >= 2^-117: the caller checks): (E4M3 scale codes, their values, inv =
     min(fl(1 / fl(S T)), FLT_MAX), poisoned) as fp32 bits, what _nvfp4_block_scales and
     _nvfp4_cast_input compute in integers, here on the FPU without meeting a subnormal:
@@ -141,9 +167,9 @@ def _te_blocks(a2, t, sc6, NAN_POISON: tl.constexpr, INF_POISON: tl.constexpr):
     at 448 (satfinite) and RNE to the E4M3 grid by fl(y + m) - m with m = 2^(max(e, -6) + 20);
     S T >= 2^-9 T >= 2^-126 is normal and at most 448 T < 2^126, so fl(1 / (S T)) is an
     IEEE division (div_rn) of normal numbers to a normal result."""
-    amax = _max_along(tl.where(a2 < _F32_INF, a2, 0), 1)
-    has_nan = _max_along(tl.where(a2 > _F32_INF, 1, 0), 1) > 0
-    has_inf = _max_along(tl.where(a2 == _F32_INF, 1, 0), 1) > 0
+    amax = _max_along(tl.where(a2 < _F32_INF, a2, 0), RA)
+    has_nan = _max_along(tl.where(a2 > _F32_INF, 1, 0), RA) > 0
+    has_inf = _max_along(tl.where(a2 == _F32_INF, 1, 0), RA) > 0
     poison = amax < 0
     if NAN_POISON:
         poison = poison | has_nan
@@ -169,10 +195,10 @@ def _te_blocks(a2, t, sc6, NAN_POISON: tl.constexpr, INF_POISON: tl.constexpr):
 
 
 @triton.jit
-def _te_y(b2, inv, INV_NORMAL: tl.constexpr):
+def _te_y(b2, inv, INV_NORMAL: tl.constexpr, RA: tl.constexpr):
     """y = fl(|x| * inv) of the te order (fp32 bits; Inf / NaN inputs kept as they are) for
-    the fp32 bits b2 [M, 16] of blocks with inv = min(fl(1 / fl(S T)), FLT_MAX) [M] (fp32
-    bits), where only "zero or not" matters below 2^-126 (_te_exact).
+    the fp32 bits b2 of blocks along axis RA (_bc) with inv = min(fl(1 / fl(S T)), FLT_MAX)
+    [M] (fp32 bits), where only "zero or not" matters below 2^-126 (_te_exact).
 
     INV_NORMAL (every inv normal, as _te_blocks gives): the FPU product of the magnitudes is
     taken as it is; it is exact IEEE wherever x is 0, Inf or NaN, or normal with a product of
@@ -182,20 +208,20 @@ def _te_y(b2, inv, INV_NORMAL: tl.constexpr):
     ax = b2 & 0x7FFFFFFF
     if INV_NORMAL:
         z = (ax.to(tl.float32, bitcast=True) *
-             inv.to(tl.float32, bitcast=True)[:, None]).to(tl.int32, bitcast=True)
+             _bc(inv.to(tl.float32, bitcast=True), RA)).to(tl.int32, bitcast=True)
         slow = (ax != 0) & (ax < _F32_INF) & ((ax < 0x800000) | (z < 0x01000000))
         if _max_along(_max_along(slow.to(tl.int32), 1), 0) > 0:
-            ay = _te_exact(ax, inv)
+            ay = _te_exact(ax, inv, RA)
         else:
             ay = tl.where(ax >= _F32_INF, ax, z)
     else:
-        ay = _te_exact(ax, inv)
+        ay = _te_exact(ax, inv, RA)
     return ay
 
 
 @triton.jit
-def _te_exact(ax, inv):
-    """_te_y for any inv (normal or not) and any |x| bits ax [M, 16], on the FPU.
+def _te_exact(ax, inv, RA: tl.constexpr):
+    """_te_y for any inv (normal or not) and any |x| bits ax (blocks along RA), on the FPU.
 
     No subnormal ever meets the FPU (which may flush them): per block inv' = inv 2^48 when
     inv < 2^64 (a subnormal inv from its integer significand), else inv' = inv; a subnormal x
@@ -214,8 +240,8 @@ def _te_exact(ax, inv):
     sub = ax < 0x800000                                      # subnormal or zero input
     X = tl.where(sub, ax.to(tl.float32) * 2.350988701644575e-38,      # |x| 2^24 (2^-125)
                  ax.to(tl.float32, bitcast=True))
-    F = fb[:, None] + tl.where(sub, 24, 0)
-    i2 = inv2.to(tl.float32, bitcast=True)[:, None]
+    F = _bc(fb, RA) + tl.where(sub, 24, 0)
+    i2 = _bc(inv2.to(tl.float32, bitcast=True), RA)
     Z = X * i2
     zb = Z.to(tl.int32, bitcast=True)
     normal = zb >= ((F - 126 + 127) << 23)                   # p >= 2^-126
@@ -224,7 +250,7 @@ def _te_exact(ax, inv):
     # at Z == thr (a rounding onto the power of two), the exact product decides: sX sI 2^(eX +
     # eI) > thr, from the 24-bit significands (one 32 x 32 -> 64-bit multiply)
     xb = X.to(tl.int32, bitcast=True)
-    ib = inv2[:, None]
+    ib = _bc(inv2, RA)
     sxi = ((xb & 0x7FFFFF) | 0x800000).to(tl.int64) * ((ib & 0x7FFFFF) | 0x800000).to(tl.int64)
     kk = (F - 150) - ((xb >> 23) - 150) - ((ib >> 23) - 150)
     above = sxi > (tl.full(sxi.shape, 1, tl.int64) << tl.minimum(tl.maximum(kk, 0), 62).to(
@@ -236,9 +262,9 @@ def _te_exact(ax, inv):
 
 @triton.jit
 def _te_round(b2, ay, sval, SR: tl.constexpr, rb2, SIGNED_ZERO: tl.constexpr,
-              WRITE_Q: tl.constexpr):
-    """(signed value bits, E2M1 codes or 0) of the te order for the fp32 bits b2 [M, 16] with
-    y = ay (_te_y) and E4M3 scale values sval [M]: RNE or SR of y to E2M1, satfinite; the
+              WRITE_Q: tl.constexpr, RA: tl.constexpr):
+    """(signed value bits, E2M1 codes or 0) of the te order for the fp32 bits b2 (blocks along
+    axis RA: _bc) with y = ay (_te_y) and E4M3 scale values sval [M]: RNE or SR of y to E2M1, satfinite; the
     codes and values triton_common._encode / triton_sr._encode_sr and e2m1 x e4m3 give, on the
     FPU. RNE: f = fl(y + m) - m with m = 2^(max(e_y, 0) + 22), y clamped at 6.0 first (all
     above saturates there); SR: the integer rule of triton_fast._qdq_orient's SR branch (MBITS
@@ -277,7 +303,7 @@ def _te_round(b2, ay, sval, SR: tl.constexpr, rb2, SIGNED_ZERO: tl.constexpr,
     else:                         # never negative
         sgn = tl.where(mag == 0, 0, neg)
     nan = ay > _F32_INF
-    v = mag.to(tl.float32, bitcast=True) * sval.to(tl.float32, bitcast=True)[:, None]
+    v = mag.to(tl.float32, bitcast=True) * _bc(sval.to(tl.float32, bitcast=True), RA)
     vb = tl.where(nan, 0, v.to(tl.int32, bitcast=True) | (sgn << 31))
     if WRITE_Q:
         code = tl.where(nan, 0, code | (sgn << 3))
@@ -297,27 +323,40 @@ def _nvfp4_write(b, a, rb, k, amax_ptr, out_ptr, scale_ptr, code_ptr, offs, m, r
     then e2m1 x e4m3 per element written to out_ptr (bf16 or fp32)."""
     t = tl.load(amax_ptr + 4 + k + tl.arange(0, 1))        # from nvfp4_train_amax_kernel
     sc6 = tl.load(amax_ptr + 6 + k + tl.arange(0, 1))
-    b2 = _blocks(b, AXIS, BR, BC)
-    a2 = _blocks(a, AXIS, BR, BC)
-    if FLUSH:                        # amax and the exact order see flushed inputs
-        a2 = tl.where(a2 < 0x800000, 0, a2)
     FAST: tl.constexpr = ORDER == 1 and TWO_LEVEL and OVERFLOW == 0 and \
         (SR or ROUNDING == 0) and not FLUSH and not SCALE_MIN_TINY
+    # the te order on a 16-row tile's columns works on the tile as it is (each column one
+    # block, reduced along axis 0): no transposition through shared memory
+    COLVIEW: tl.constexpr = FAST and AXIS == 0 and BR == 16
+    RA: tl.constexpr = 0 if COLVIEW else 1
+    if COLVIEW:
+        b2 = b
+        a2 = a
+    else:
+        b2 = _blocks(b, AXIS, BR, BC)
+        a2 = _blocks(a, AXIS, BR, BC)
+    if FLUSH:                        # amax and the exact order see flushed inputs
+        a2 = tl.where(a2 < 0x800000, 0, a2)
     if FAST:
         if _max_along(t, 0) >= 0x05000000:        # T >= 2^-117: the blocks on the FPU
-            sc, sval, inv, poison = _te_blocks(a2, t, sc6, NAN_POISON, INF_POISON)
-            ay = _te_y(b2, inv, True)
+            sc, sval, inv, poison = _te_blocks(a2, t, sc6, NAN_POISON, INF_POISON, RA)
+            ay = _te_y(b2, inv, True, RA)
         else:                                      # a tiny tensor: in integers
-            sc, poison = _nvfp4_block_scales(a2, t, sc6, NAN_POISON, INF_POISON, ORDER,
-                                             TWO_LEVEL, SCALE_MIN_TINY)
+            # (block (0, c) of a 16-row tile is row c of _blocks: the per-block vectors
+            # index the same in both views)
+            sc, poison = _nvfp4_block_scales(_blocks(a, AXIS, BR, BC), t, sc6, NAN_POISON,
+                                             INF_POISON, ORDER, TWO_LEVEL, SCALE_MIN_TINY)
             s_neg, ss, es, s_nan, s_inf = _element_value(sc, False, 3, -6, 7, 7, 0x7F, -1)
             sval = tl.where(s_nan, _F32_QNAN, _to_f32(s_neg, ss, es))
             inv = _f32_min_pos(_f32_div(tl.full(sval.shape, _F32_ONE, tl.int32),
                                         _f32_mul(sval, t)),
                                tl.full(sval.shape, _F32_MAX, tl.int32))
-            ay = _te_y(b2, inv, False)
-        vb, code = _te_round(b2, ay, sval, SR, _blocks(rb, AXIS, BR, BC) if SR else 0,
-                             SIGNED_ZERO, WRITE_Q)
+            ay = _te_y(b2, inv, False, RA)
+        if COLVIEW:
+            rb2 = rb
+        else:
+            rb2 = _blocks(rb, AXIS, BR, BC) if SR else 0
+        vb, code = _te_round(b2, ay, sval, SR, rb2, SIGNED_ZERO, WRITE_Q, RA)
     else:              # the other op orders: triton_quant's / triton_sr's integer encoders
         sc, poison = _nvfp4_block_scales(a2, t, sc6, NAN_POISON, INF_POISON, ORDER,
                                          TWO_LEVEL, SCALE_MIN_TINY)
@@ -342,16 +381,19 @@ def _nvfp4_write(b, a, rb, k, amax_ptr, out_ptr, scale_ptr, code_ptr, offs, m, r
         v = el.to(tl.float32, bitcast=True) * sv.to(tl.float32, bitcast=True)[:, None]
         vb = v.to(tl.int32, bitcast=True) | ((code & 8) << 28)
     else:
-        code = tl.where(poison[:, None], 0, code)
-    vb = tl.where((byte == 0x7F)[:, None], 0x7FC00000, vb)
-    vb = _unblocks(vb, AXIS, BR, BC)
+        code = tl.where(_bc(poison, RA), 0, code)
+    vb = tl.where(_bc(byte == 0x7F, RA), 0x7FC00000, vb)
+    if not COLVIEW:
+        vb = _unblocks(vb, AXIS, BR, BC)
+        if WRITE_Q:
+            code = _unblocks(code, AXIS, BR, BC)
     if OUT_BF16:     # every value has <= 6 significant bits (2 of E2M1 x 4 of E4M3) in the
         hb = (vb >> 16) & 0xFFFF       # bf16 range, or is the NaN: its top half is exact
         tl.store(out_ptr + offs, hb.to(tl.int16).to(tl.bfloat16, bitcast=True), mask=m)
     else:
         tl.store(out_ptr + offs, vb.to(tl.float32, bitcast=True), mask=m)
     if WRITE_Q:
-        tl.store(code_ptr + offs, _unblocks(code, AXIS, BR, BC).to(tl.uint8), mask=m)
+        tl.store(code_ptr + offs, code.to(tl.uint8), mask=m)
         if AXIS == 1:       # scales [n_rows, n_cols / 16]
             j = c0 // 16 + tl.arange(0, BC // 16)
             so = rows.to(tl.int64)[:, None] * (n_cols // 16) + j[None, :]
@@ -575,7 +617,7 @@ def qdq(x: torch.Tensor, profile="te_nvfp4", *, rows: bool = True, cols: bool = 
     if R and C:
         grid = triton.cdiv(R, br) * triton.cdiv(C, bc)
         stp = step if sd else bits
-        launch_cached(nvfp4_train_amax_kernel, grid, ca, nw,
+        launch_cached(nvfp4_train_amax_kernel, min(grid, _amax_programs(dev)), ca, nw,
                       (bits, amax, ts.view(torch.int32), stp, R, C, *rs[1:], *cs[1:]), 4,
                       enable_fp_fusion=False)
         launch_cached(nvfp4_qdq_train_kernel, grid, cq, nw,
@@ -583,6 +625,21 @@ def qdq(x: torch.Tensor, profile="te_nvfp4", *, rows: bool = True, cols: bool = 
                        dummy if cv is None else cv, *ptrs, stp, R, C, *rsr, *csr, *rs[1:],
                        *cs[1:]), 9, enable_fp_fusion=False)
     return rv, cv, q, ts
+
+
+_AMAX_PROGRAMS: dict = {}
+
+
+def _amax_programs(dev: torch.device) -> int:
+    """The amax pass's grid at most: 8 programs per SM on a GPU (each loops over its tiles);
+    3 under the interpreter, so that the tests run programs with several tiles."""
+    if INTERPRETED or dev.type != "cuda":
+        return 3
+    n = _AMAX_PROGRAMS.get(dev.index)
+    if n is None:
+        n = _AMAX_PROGRAMS[dev.index] = \
+            8 * torch.cuda.get_device_properties(dev).multi_processor_count
+    return n
 
 
 def scale_cast(x: torch.Tensor, alpha: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 import tempfile
 from pathlib import Path
@@ -75,7 +76,10 @@ def main():
     doc = {"gpu": torch.cuda.get_device_name(), "rows": []}
     from mxkernels import triton_fast
     triton_fast._LAUNCH_CACHE[0] = False        # plain launches: the JIT cache is inspectable
+    only = os.environ.get("VARIANTS")          # a comma-separated subset
     for name, edits in VARIANTS.items():
+        if only and name not in only.split(","):
+            continue
         m = load(name, edits)
         for R, C in ((16384, 768), (16384, 3072)):
             x = torch.randn(R, C, device="cuda", dtype=torch.bfloat16)

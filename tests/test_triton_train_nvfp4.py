@@ -122,8 +122,16 @@ def test_qdq_matches_mxref_both_orientations(tn, dev, profile, src, n, signs, se
     assert _same(rv2.cpu(), rvals) and _same(cv2.cpu(), np.ascontiguousarray(cvals.T))
 
 
+@pytest.fixture(params=[None, (16, 128, 4)], ids=["tile-default", "tile-16x128"])
+def tile(tn, request):
+    """The launcher's tile, then the GPU's 16-row tile (te: columns blocked in place)."""
+    tn.TILE[0] = request.param
+    yield request.param
+    tn.TILE[0] = None
+
+
 @pytest.mark.parametrize("profile", ["te_nvfp4", "ocp"])
-def test_an_infinite_amax_and_the_zero_tensor(tn, dev, profile):
+def test_an_infinite_amax_and_the_zero_tensor(tn, dev, profile, tile):
     """An Inf element: te keeps Inf in the amax (S_enc = 2688 / Inf = 0 -> 1), the exact order
     drops it; an all-zero tensor has T = 1 and zero values (an input -0 as the profile
     says)."""
@@ -132,8 +140,11 @@ def test_an_infinite_amax_and_the_zero_tensor(tn, dev, profile):
     rv, cv, q, ts = tn.qdq(torch.from_numpy(x).to(dev), profile, rows=True, cols=True,
                            with_codes=True, out_dtype=torch.float32)
     rs, rc, rt, rvals = _ref(x, profile, 0, None, None)
+    cs, cc, ct, cvals = _ref(np.ascontiguousarray(x.T), profile, 0, None, None)
     assert np.array_equal(q[1].cpu().numpy(), rc) and np.array_equal(q[0].cpu().numpy(), rs)
+    assert np.array_equal(q[3].cpu().numpy().T, cc) and np.array_equal(q[2].cpu().numpy().T, cs)
     assert float(ts[0]) == float(rt) and _same(rv.cpu(), rvals)
+    assert float(ts[1]) == float(ct) and _same(cv.cpu(), np.ascontiguousarray(cvals.T))
     z = np.zeros((32, 32), np.float32)
     z[0, 0] = -0.0
     rv, cv, q, ts = tn.qdq(torch.from_numpy(z).to(dev), profile, rows=True, cols=True,
