@@ -14,6 +14,16 @@ timed, a background thread samples the GPU's SM / memory clocks, power, temperat
 clock-event reasons (NVML, else nvidia-smi; ``mxref.leaderboard.clocks``): each timed row has
 ``clocks_under_load``.
 
+Null kernels (bench/null_kernels.py): each quantizer row also times, in the same process and by
+the same method, right before the quantizer, its null kernel: the quantizer's reads, writes,
+tiles, grid, num_warps and passes with no encoding (what it writes is a cheap function of what it
+read). The row gets ``null_us``, ``of_null`` (null time / kernel time: 1.0 means the encoding
+costs nothing beyond the access pattern), ``null_of_copy`` (the null kernel's compulsory bytes
+per second over copy's: the ceiling of that access pattern), ``null_kernel`` and the null's
+repeats and clocks. Null kernels are baselines, not kernels under test: they compute nothing and
+are not checked against mxref. Only the quantizer rows have one (not dequantize, rotate-only,
+convert, GEMMs). The quantizer rows alone: ``--only quantizers``.
+
 Writes ``--out`` (JSON, schema ``mxkernels-gpu-bench/1``) and a Markdown table next to it.
 """
 from __future__ import annotations
@@ -106,6 +116,27 @@ def activations(rows, cols, seed, dtype=torch.bfloat16):
     return x.to(dtype)
 
 
+def bf16_mismatches(got, want) -> int:
+    """Elements of the bf16 tensor ``got`` whose bits differ from the fp32 values ``want``
+    rounded to bf16 (exact for MX / NVFP4 values of these inputs); NaN equals NaN."""
+    w = torch.from_numpy(np.ascontiguousarray(want, dtype=np.float32)).to(torch.bfloat16)
+    g = got.cpu()
+    if tuple(g.shape) != tuple(w.shape):
+        return g.numel() or 1
+    nan = torch.isnan(g.float()) & torch.isnan(w.float())
+    return int(((g.view(torch.int16) != w.view(torch.int16)) & ~nan).sum())
+
+
+def load_null_kernels():
+    """bench/null_kernels.py with its kernels compiled (imported beside this file: the tests
+    load this file by path)."""
+    here = str(Path(__file__).resolve().parent)
+    if here not in sys.path:
+        sys.path.insert(0, here)
+    import null_kernels
+    return null_kernels.load(False)
+
+
 def nvfp4_same(out, ref):
     """(ok, why): a [1, R, C] NVFP4 kernel result (scales, codes, tensor scale) against mxref's,
     bit for bit."""
@@ -128,6 +159,7 @@ class Run:
         self.ks = load_kernels(False)
         self.copy_bw = None
         self.bf16_tflops = None
+        self.nk = None          # bench/null_kernels.py, loaded by quantizers()
 
     def wanted(self, name):
         """Whether kernel `name` is checked and timed (every kernel unless --kernel is given;
@@ -142,6 +174,8 @@ class Run:
         extra = kw.get("ratio_label", "")
         t = "" if ms is None else f"{ms * 1e3:9.1f} us"
         r = "" if kw.get("ratio") is None else f"{kw['ratio']:.3f} {extra}"
+        if kw.get("of_null") is not None:
+            r += f", {kw['of_null']:.3f} of null ({kw['null_of_copy']:.3f} of copy)"
         c = sm_text(kw.get("clocks_under_load"))
         print(f"{kw['kernel']:<60} {kw.get('status', ''):<8} {t} {r} "
               f"{c and f'[{c}] '}{kw.get('error', '')}", flush=True)
@@ -178,7 +212,9 @@ class Run:
                         error=f"{type(e).__name__}: {e}"[:300])
 
     # ---- memory-bound kernels -----------------------------------------------------------
-    def membound(self, name, fn, nbytes, check, group="quantize", meta=None):
+    def membound(self, name, fn, nbytes, check, group="quantize", meta=None, null=None):
+        """Check, then time, one memory-bound kernel; null: (plan, input) of its null kernel
+        (bench/null_kernels.py), timed just before it (not checked: it computes nothing)."""
         if not self.wanted(name):
             return
         try:
@@ -188,11 +224,31 @@ class Run:
         if not ok:
             self.record(kernel=name, group=group, status="FAILED", error=why, meta=meta)
             return
+        extra = self.time_null(null, nbytes) if null is not None else {}
         ms, reps = bench_repeats(fn)
         bw = nbytes / (ms * 1e-3)
+        if "null_us" in extra:
+            extra["of_null"] = extra["null_us"] / (ms * 1e3)
         self.record(kernel=name, group=group, status="ok", ms=ms, repeats_ms=reps,
                     gbps=bw / 1e9, bytes=nbytes, ratio=bw / self.copy_bw, ratio_label="of copy",
-                    check=why, meta=meta)
+                    check=why, meta=meta, **extra)
+
+    def time_null(self, null, nbytes) -> dict:
+        """The row fields of a null kernel (plan, input) timed with bench_repeats: null_us,
+        null_repeats_ms, null_of_copy, null_clocks_under_load, null_kernel; null_error when it
+        does not run."""
+        plan, xin = null
+        out = {"null_kernel": f"{plan.name} (as {plan.mirrors})"}
+        try:
+            ms, reps = bench_repeats(lambda: self.nk.run(plan, xin))
+        except Exception as e:  # noqa: BLE001
+            out["null_error"] = f"{type(e).__name__}: {e}"[:300]
+            return out
+        out.update(null_us=ms * 1e3, null_repeats_ms=reps,
+                   null_of_copy=nbytes / (ms * 1e-3) / self.copy_bw)
+        if "clocks" in LAST_CLOCKS:
+            out["null_clocks_under_load"] = LAST_CLOCKS["clocks"]
+        return out
 
     def quantizers(self):
         n = self.size
@@ -202,6 +258,19 @@ class Run:
         N = x.numel()
         fast = ks.modules.get("triton_fast")
         ref = {}
+        try:
+            self.nk = load_null_kernels()
+        except Exception as e:  # noqa: BLE001
+            self.nk = None
+            print(f"# null kernels unavailable: {type(e).__name__}: {e}", flush=True)
+        x3 = x.unsqueeze(0)
+
+        def null(build, *args, inp=x, **kw):
+            """(null plan, its input) for membound, from the builder bench/null_kernels.py
+            names; None without null kernels."""
+            if self.nk is None:
+                return None
+            return getattr(self.nk, build)(tuple(inp.shape), *args, **kw), inp
 
         def reference(fmt, profile, axis):
             key = (fmt, profile, axis)
@@ -239,7 +308,8 @@ class Run:
                                                     packed=packed),
                             meta=dict(op="quantize_mx", format=fmt, profile=profile,
                                       impl="triton fast", params={"axis": axis,
-                                                                  "packed": packed}))
+                                                                  "packed": packed}),
+                            null=null("fast_plan", fmt, axis, packed))
                     if profile == "ocp":
                         def run_dual(fmt=fmt, profile=profile, packed=packed):
                             return fast.quantize_dual(x, fmt, profile, packed=packed)
@@ -255,7 +325,8 @@ class Run:
                                       group="dual",
                                       meta=dict(op="quantize_mx", format=fmt, profile=profile,
                                                 impl="triton fast dual",
-                                                params={"axis": "rows+cols", "packed": packed}))
+                                                params={"axis": "rows+cols", "packed": packed}),
+                                      null=null("dual_plan", fmt, packed))
                 if profile == "ocp" or fmt == "mxfp4":
                     def run_gen(fmt=fmt, profile=profile):
                         return ks.mx_quantize(x, fmt, profile, axis=-1)
@@ -265,7 +336,8 @@ class Run:
                                   same(fmt, profile, -1, *run_gen()),
                                   meta=dict(op="quantize_mx", format=fmt, profile=profile,
                                             impl="triton generic",
-                                            params={"axis": -1, "packed": False}))
+                                            params={"axis": -1, "packed": False}),
+                                  null=null("generic_plan"))
 
         # NVFP4: global amax, tensor scale, E4M3 block scales (three launches, one tensor)
         for profile in ("ocp", "te_nvfp4"):
@@ -277,7 +349,8 @@ class Run:
             self.membound(f"NVFP4 quantize bf16->nvfp4 {profile} (unpacked)", run_nv,
                           2 * N + N + N / 16, check_nv,
                           meta=dict(op="quantize_nvfp4", format="nvfp4", profile=profile,
-                                    impl="triton generic", params={"axis": -1}))
+                                    impl="triton generic", params={"axis": -1}),
+                          null=null("nvfp4_plan", inp=x3))
 
         # dequantize (generic kernel: unpacked codes in, fp32 out)
         rs, rc, mx = reference("mxfp4", "ocp", -1)
@@ -309,7 +382,8 @@ class Run:
                           lambda: sr.quantize_sr(x, "mxfp4", "ocp", axis=-1, seed=1234),
                           2 * N + N + N / 32, check_sr, group="sr",
                           meta=dict(op="quantize_mx_sr", format="mxfp4", profile="ocp",
-                                    impl="triton SR (Philox)", params={"axis": -1}))
+                                    impl="triton SR (Philox)", params={"axis": -1}),
+                          null=null("sr_plan"))
 
         if sr is not None and hasattr(sr, "quantize_nvfp4_sr"):
             from mxref.profiles import sr_profile
@@ -323,7 +397,8 @@ class Run:
             self.membound("NVFP4 SR quantize bf16->nvfp4 ocp (in-kernel Philox, unpacked)",
                           run_nv_sr, 2 * N + N + N / 16, check_nv_sr, group="sr",
                           meta=dict(op="quantize_nvfp4_sr", format="nvfp4", profile="ocp",
-                                    impl="triton NVFP4 SR (Philox)", params={"axis": -1}))
+                                    impl="triton NVFP4 SR (Philox)", params={"axis": -1}),
+                          null=null("nvfp4_plan", sr=True, inp=x3))
 
         # fused Hadamard + quantize
         rot = ks.modules.get("triton_rotate")
@@ -344,7 +419,8 @@ class Run:
                               meta=dict(op="quantize_rotated", format="mxfp4", profile="ocp",
                                         impl="triton fused Hadamard",
                                         params={"hadamard": hn, "signs": "none",
-                                                "packed": True}))
+                                                "packed": True}),
+                              null=null("rotated_plan", "mxfp4", hn, packed=True))
 
             # the training path's Wgrad rotation (nvfp4-te): TE's fixed 16-point signs, the
             # plain rotation (fp32 out, for the SR operand) and rotate + NVFP4 RNE fused
@@ -374,7 +450,73 @@ class Run:
                           group="rotate",
                           meta=dict(op="quantize_rotated", format="nvfp4", profile="te_nvfp4",
                                     impl="triton fused Hadamard (amax pass + quantize)",
-                                    params={"hadamard": 16, "signs": "te16"}))
+                                    params={"hadamard": 16, "signs": "te16"}),
+                          null=null("rotated_plan", "nvfp4", 16, signs="te16", inp=x3))
+
+        # the training fake-quantization launches (triton_train.qdq, triton_train_nvfp4.qdq):
+        # both orientations from one read (NVFP4: an amax read pass first), bf16 values, RNE
+        # and SR, checked against mxref's dequantized values (the operand x^T for the columns).
+        # Not leaderboard entries: no "op" in meta (the golden corpus has no qdq op to verify
+        # them by); the check below still gates the timing.
+        from mxref.profiles import sr_profile
+        tt = ks.modules.get("triton_train")
+        tn = ks.modules.get("triton_train_nvfp4")
+        xt = xc.T.contiguous()
+        for sr_on in (False, True):
+            seeds = {"row_sr": 11, "col_sr": 12} if sr_on else {}
+            tag = "+SR (in-kernel Philox)" if sr_on else ""
+            if tt is not None:
+                def run_qdq(seeds=seeds):
+                    return tt.qdq(x, "mxfp4", "ocp", rows=True, cols=True, **seeds)
+
+                def check_qdq(sr_on=sr_on, run_qdq=run_qdq):
+                    rv, cv, _ = run_qdq()
+                    if sr_on:
+                        p = sr_profile("ocp")
+                        want_r = mxref.quantize(xc, "mxfp4", p, axis=-1, seed=11).dequantize()
+                        want_c = mxref.quantize(xt, "mxfp4", p, axis=-1, seed=12).dequantize().T
+                    else:
+                        want_r = reference("mxfp4", "ocp", -1)[2].dequantize()
+                        want_c = reference("mxfp4", "ocp", 0)[2].dequantize()
+                    dr, dc = bf16_mismatches(rv, want_r), bf16_mismatches(cv, want_c)
+                    return dr == 0 and dc == 0, \
+                        f"{dr} row and {dc} column value mismatches of {N} each"
+                self.membound(f"training qdq bf16->mxfp4 ocp{tag} rows+cols (bf16 values)",
+                              run_qdq, 2 * N + 2 * 2 * N, check_qdq, group="qdq",
+                              meta=dict(format="mxfp4", profile="ocp+sr" if sr_on else "ocp",
+                                        impl="triton train qdq",
+                                        params={"axis": "rows+cols", "out": "bfloat16",
+                                                "sr": sr_on}),
+                              null=null("qdq_plan"))
+            if tn is not None:
+                def run_nq(seeds=seeds):
+                    return tn.qdq(x, "te_nvfp4", rows=True, cols=True, **seeds)
+
+                def check_nq(sr_on=sr_on, run_nq=run_nq):
+                    rv, cv, _, ts = run_nq()
+                    p = sr_profile("te_nvfp4") if sr_on else "te_nvfp4"
+                    out = []
+                    for got, src, seed in ((rv, xc, 11), (cv, xt, 12)):
+                        q = mxref.quantize(src, "nvfp4", p, axis=-1,
+                                           seed=seed if sr_on else None)
+                        v = mxref.dequantize(codes=q.codes, scales=q.scales, fmt="nvfp4",
+                                             axis=-1, tensor_scale=np.float32(1.0))
+                        out.append((bf16_mismatches(got, v if src is xc else v.T),
+                                    np.float32(q.tensor_scale).view(np.uint32)))
+                    tsb = ts.cpu().numpy().view(np.uint32)
+                    dt = int(tsb[0] != out[0][1]) + int(tsb[1] != out[1][1])
+                    ok = out[0][0] == 0 and out[1][0] == 0 and dt == 0
+                    return ok, (f"{out[0][0]} row and {out[1][0]} column value mismatches of "
+                                f"{N} each, {dt} tensor-scale mismatches")
+                self.membound(f"training qdq bf16->nvfp4 te_nvfp4{tag} rows+cols (amax pass + "
+                              "qdq, bf16 values)", run_nq, 2 * N + 2 * 2 * N, check_nq,
+                              group="qdq",
+                              meta=dict(format="nvfp4",
+                                        profile="te_nvfp4+sr" if sr_on else "te_nvfp4",
+                                        impl="triton train qdq (amax pass + qdq)",
+                                        params={"axis": "rows+cols", "out": "bfloat16",
+                                                "sr": sr_on}),
+                              null=null("qdq_nvfp4_plan", sr=sr_on, device=x.device))
 
         # FP8 <-> FP4
         cv = ks.modules.get("triton_convert")
@@ -635,15 +777,26 @@ def markdown(doc) -> str:
              "checked against the mxref CPU reference in the same run before being timed.", "",
              f"SM clock while timed (median, range): from {doc.get('clocks_source') or 'nothing'}"
              + (f" ({doc['clocks_error']})" if doc.get("clocks_error") else "") + ".", "",
-             "| kernel | status | median us | GB/s or TFLOP/s | ratio | SM clock | check |",
-             "|---|---|---:|---:|---:|---|---|"]
+             "of null: the quantizer's null kernel's time over the quantizer's, both timed here "
+             "(bench/null_kernels.py: the same reads, writes, tiles, grid and passes, no "
+             "encoding; a baseline that computes nothing, so it is not checked against mxref); "
+             "null of copy: the null kernel's bytes per second over copy's, the ceiling of that "
+             "access pattern.", "",
+             "| kernel | status | median us | GB/s or TFLOP/s | ratio | SM clock | of null | "
+             "null us (of copy) | check |",
+             "|---|---|---:|---:|---:|---|---:|---:|---|"]
     for r in doc["rows"]:
         rate = (f"{r['gbps']:.0f} GB/s" if "gbps" in r else
                 f"{r['tflops']:.0f} TFLOP/s" if "tflops" in r else "")
         ratio = "" if r.get("ratio") is None else f"{r['ratio']:.3f} {r.get('ratio_label', '')}"
         ms = "" if r.get("ms") is None else f"{r['ms'] * 1e3:.1f}"
+        of_null = "" if r.get("of_null") is None else f"{r['of_null']:.3f}"
+        null_us = "" if r.get("null_us") is None else \
+            f"{r['null_us']:.1f} ({r['null_of_copy']:.3f})"
+        if r.get("null_error"):
+            null_us = f"null failed: {r['null_error']}"
         lines.append(f"| {r['kernel']} | {r.get('status', '')} | {ms} | {rate} | {ratio} | "
-                     f"{sm_text(r.get('clocks_under_load'))} | "
+                     f"{sm_text(r.get('clocks_under_load'))} | {of_null} | {null_us} | "
                      f"{r.get('check', r.get('error', ''))} |")
     return "\n".join(lines) + "\n"
 
@@ -653,7 +806,8 @@ def main(argv=None):
     ap.add_argument("--out", default=str(ROOT / "bench/results/gpu_kernels.json"))
     ap.add_argument("--size", type=int, default=8192)
     ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--only", default="", help="comma list of: quantizers,gemms,peers")
+    ap.add_argument("--only", default="", help="comma list of: quantizers,gemms,peers "
+                    "(quantizers: every quantizer with its null kernel, a few minutes)")
     ap.add_argument("--repeats", type=int, default=1,
                     help="independent do_bench medians per kernel (their spread is recorded)")
     ap.add_argument("--kernel", action="append", default=[],

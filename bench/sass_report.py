@@ -7,7 +7,9 @@ For each kernel configuration that bench/gpu_kernels.py times (same constexprs, 
 num_warps / num_stages, the launcher's fp-fusion option, and Triton's divisibility-by-16
 specialization of pointers and of the 8192-sized integer arguments) the kernel is compiled for
 sm_90 with ``triton.compile(ASTSource(...), GPUTarget("cuda", 90, 32))``, the cubin is
-disassembled with the ``nvdisasm`` bundled with Triton, and the instructions are counted by class:
+disassembled with the ``nvdisasm`` bundled with Triton, and the instructions are counted by class
+(the quantizers' null kernels of bench/null_kernels.py, rows ``null: ...``, too: the same tiles
+and stores with no encoding, so the difference is the encoding's instructions):
 
 * loop-free kernels (one tile per program: the quantizers): the whole kernel, per element of the
   tile (every thread runs every instruction once; predicated-off instructions still issue);
@@ -326,6 +328,41 @@ def configs():
         out.append((f"fused Hadamard-{n} + mxfp4", f"fused Hadamard-{n} + quantize "
                     "bf16->mxfp4 ocp (packed)", "membound", rotated(n)))
 
+    def null(label, bench_row, build, bpe):
+        """The null kernel (bench/null_kernels.py) of a quantizer: its last launch (the pass
+        that writes; NVFP4's amax pass comes before it), at the benchmark's 8192 x 8192."""
+        def b():
+            bench_dir = str(ROOT / "bench")
+            if bench_dir not in sys.path:
+                sys.path.insert(0, bench_dir)
+            import null_kernels as nk
+            plan = build(nk)
+            ln = plan.launches[-1]
+            ce = ln.constexprs
+            tile = {"tile": f"{ce.get('BR')}x{ce.get('BC')}",
+                    "blocks": f"{ce.get('BLOCK_ROWS')} blocks",
+                    "chunks": f"{ce.get('ROWS')}x{ce.get('W')}"}.get(ln.kernel, "")
+            return dict(fn=nk.KERNELS[ln.kernel], sig=nk.signature(plan, ln), ce=ce,
+                        num_warps=ln.num_warps or 4, num_stages=ln.num_stages or 3,
+                        fp_fusion=True if ln.fp_fusion is None else ln.fp_fusion,
+                        elems=nk.launch_elems(ln), bytes_per_elem=bpe, tile=tile)
+        out.append((f"null: {label}", f"null of {bench_row}", "membound", b))
+
+    S = (8192, 8192)
+    for fmt, code_b in (("mxfp4", 0.5), ("mxfp8_e4m3", 1.0)):
+        for axis in (-1, 0):
+            null(f"fast {fmt} axis={axis}", f"fast quantize bf16->{fmt} ocp axis={axis}",
+                 lambda nk, fmt=fmt, axis=axis: nk.fast_plan(S, fmt, axis, True),
+                 2 + code_b + 1 / 32)
+        null(f"dual {fmt}", f"dual quantize bf16->{fmt} ocp",
+             lambda nk, fmt=fmt: nk.dual_plan(S, fmt, True), 2 + 2 * (code_b + 1 / 32))
+    null("generic (unpacked)", "generic quantize bf16->mxfp4 ocp (unpacked)",
+         lambda nk: nk.generic_plan(S), 2 + 1 + 1 / 32)
+    for n in (32, 128):
+        null(f"fused Hadamard-{n} + mxfp4", f"fused Hadamard-{n} + quantize bf16->mxfp4 ocp "
+             "(packed)", lambda nk, n=n: nk.rotated_plan(S, "mxfp4", n, True),
+             2 + 0.5 + 1 / 32)
+
     def gemm_blockseq():
         from mxkernels import triton_gemm as tg
         ce = {**tg.gemm_kernel_params("mxfp4", "mxfp4", "block_sequential"), "BLOCK_M": 128,
@@ -376,6 +413,10 @@ def measured(names):
                 if r.get("kernel") in names and r.get("ratio") is not None:
                     res.setdefault(r["kernel"], {"ratio": r["ratio"], "us": r["ms"] * 1e3,
                                                  "file": f})
+                nk = f"null of {r.get('kernel')}"         # the row's null kernel, where timed
+                if nk in names and r.get("null_of_copy") is not None:
+                    res.setdefault(nk, {"ratio": r["null_of_copy"], "us": r["null_us"],
+                                        "file": f})
     return res
 
 
