@@ -35,8 +35,8 @@ import triton.language as tl
 from mxkernels.triton_common import (KernelUnsupported, _f32_div, _f32_min_pos, _f32_mul,
                                      _max_along, _nvfp4_block_scales, _F32_INF, _F32_MAX,
                                      _F32_ONE, _F32_QNAN)
-from mxkernels.triton_fast import (INTERPRETED, _OUT, _SRC, _load_tile, _prep, _qdq_tile,
-                                   launch_cached)
+from mxkernels.triton_fast import (INTERPRETED, _OUT, _SRC, _check_local_offsets, _load_tile,
+                                   _prep, _qdq_tile, launch_cached)
 from mxkernels.triton_quant import (_element_value, _nvfp4_amax_lanes, _nvfp4_codes,
                                     _nvfp4_tensor_consts, _to_f32, mx_constexprs)
 from mxkernels.triton_sr import _nvfp4_codes_sr
@@ -491,6 +491,7 @@ ARG_TYPES = {
                         **{k: "i32" for k in _INTS}}}
 _SRC_KIND = {"float32": 0, "bfloat16": 1, "float16": 2}
 TILE: list = [None]     # (BR, BC, num_warps) instead of the default tile (GPU benchmarks)
+AMAX_TILE: list = [None]     # (BR, BC) of the amax pass instead of its default (tests)
 
 
 def supports(profile) -> bool:
@@ -526,8 +527,9 @@ def _profile_ce(profile) -> dict:
 
 def nvfp4_train_constexprs(profile, src, *, rows, cols, with_codes, out_dtype, br, bc, rot_n,
                            row_rot, col_rot, row_signs, col_signs, row_sr, col_sr,
-                           step_dev=False) -> tuple[dict, dict]:
-    """(constexprs of nvfp4_train_amax_kernel, of nvfp4_qdq_train_kernel)."""
+                           step_dev=False, amax_tile=None) -> tuple[dict, dict]:
+    """(constexprs of nvfp4_train_amax_kernel, of nvfp4_qdq_train_kernel); amax_tile: the
+    amax pass's (BR, BC) when it differs from the qdq tile (br, bc)."""
     p = _profile_ce(profile)
     rot = dict(ROT_N=rot_n, LOG2N=rot_n.bit_length() - 1 if rot_n else 0,
                C_BITS=inv_sqrt_n_bits(rot_n) if rot_n else 0, ROW_ROT=bool(row_rot),
@@ -536,6 +538,8 @@ def nvfp4_train_constexprs(profile, src, *, rows, cols, with_codes, out_dtype, b
     base = dict(SRC=_SRC_KIND[src], ROWS=bool(rows), COLS=bool(cols), BR=br, BC=bc, **rot)
     amax = dict(base, WITH_INF=p["WITH_INF"], FLUSH=p["FLUSH"], ORDER=p["ORDER"],
                 TWO_LEVEL=p["TWO_LEVEL"])
+    if amax_tile is not None:
+        amax.update(BR=amax_tile[0], BC=amax_tile[1])
     q = dict(base, WRITE_Q=bool(with_codes), OUT_BF16=out_dtype == "bfloat16",
              ROW_SR=bool(row_sr), COL_SR=bool(col_sr),
              **{k: v for k, v in p.items() if k != "WITH_INF"})
@@ -548,12 +552,12 @@ _CE: dict = {}
 def _ce(key):
     hit = _CE.get(key)
     if hit is None:
-        dtype, profile, rows, cols, wq, odt, br, bc, rn, rr, cr, rs, cs, rsr, csr, sd = key
+        dtype, profile, rows, cols, wq, odt, br, bc, rn, rr, cr, rs, cs, rsr, csr, sd, at = key
         src = {0: "float32", 1: "bfloat16", 2: "float16"}[_SRC[dtype]]
         ca, cq = nvfp4_train_constexprs(profile, src, rows=rows, cols=cols, with_codes=wq,
                                         out_dtype=_OUT[odt], br=br, bc=bc, rot_n=rn,
                                         row_rot=rr, col_rot=cr, row_signs=rs, col_signs=cs,
-                                        row_sr=rsr, col_sr=csr, step_dev=sd)
+                                        row_sr=rsr, col_sr=csr, step_dev=sd, amax_tile=at)
         out = []
         for kern, ce in ((nvfp4_train_amax_kernel, ca), (nvfp4_qdq_train_kernel, cq)):
             names = kern.arg_names
@@ -585,19 +589,28 @@ def qdq(x: torch.Tensor, profile="te_nvfp4", *, rows: bool = True, cols: bool = 
     nw = None if INTERPRETED else 4
     tile = None
     if not INTERPRETED:
-        # measured on an H200 (bench/results/train_step/h200_nvfp4_v3_tiles.md): 16 x 256 for
-        # RNE, 16 x 128 when an orientation rounds stochastically (1.6x the 32 x 128 tile)
+        # measured on an H200 (bench/results/train_step/h200_nvfp4_v4_tiles.md): one warp on
+        # 16 x 64 for RNE (each column block inside the warp), 16 x 128 with four warps when an
+        # orientation rounds stochastically
         sr = (rows and row_sr is not None) or (cols and col_sr is not None)
-        tile = (16, 128) if sr else (16, 256)
+        tile, nw = ((16, 128), 4) if sr else ((16, 64), 1)
     if TILE[0] is not None:          # (BR, BC, num_warps): benchmark sweeps and tests
         tile, nw = TILE[0][:2], (None if INTERPRETED else TILE[0][2])
     R, C, row_rot, col_rot, sd, rs, cs, rsr, csr, br, bc = launch_args(
         x, out_dtype, rows, cols, rot_n, row_rot, col_rot, row_signs, col_signs, row_sr, col_sr,
         step, block=16, tile=tile)
+    # the amax pass only reads: on a GPU its own larger tile and four warps (any tile whose
+    # sides are multiples of the rotation gives the same amax); the interpreter keeps the qdq
+    # tile, so that the tests loop over several tiles per program
+    at, anw = (None, nw) if INTERPRETED else ((max(32, br), max(256, bc)), 4)
+    if AMAX_TILE[0] is not None:
+        at = (max(AMAX_TILE[0][0], br), max(AMAX_TILE[0][1], bc))
+    if at is not None:
+        _check_local_offsets(at[0], C)
     (ca, cq) = _ce((x.dtype, profile if isinstance(profile, str) else get_profile(profile).name,
                     bool(rows), bool(cols), bool(with_codes), out_dtype, br, bc, rot_n, row_rot,
                     col_rot, rs[0], cs[0], row_sr is not None and rows,
-                    col_sr is not None and cols, sd))
+                    col_sr is not None and cols, sd, at))
     dev = x.device
     rv = torch.empty((R, C), dtype=out_dtype, device=dev) if rows else None
     cv = torch.empty((R, C), dtype=out_dtype, device=dev) if cols else None
@@ -616,8 +629,9 @@ def qdq(x: torch.Tensor, profile="te_nvfp4", *, rows: bool = True, cols: bool = 
         ptrs = tuple(t if t is not None else dummy for t in q)
     if R and C:
         grid = triton.cdiv(R, br) * triton.cdiv(C, bc)
+        ag = grid if at is None else triton.cdiv(R, at[0]) * triton.cdiv(C, at[1])
         stp = step if sd else bits
-        launch_cached(nvfp4_train_amax_kernel, min(grid, _amax_programs(dev)), ca, nw,
+        launch_cached(nvfp4_train_amax_kernel, min(ag, _amax_programs(dev)), ca, anw,
                       (bits, amax, ts.view(torch.int32), stp, R, C, *rs[1:], *cs[1:]), 4,
                       enable_fp_fusion=False)
         launch_cached(nvfp4_qdq_train_kernel, grid, cq, nw,

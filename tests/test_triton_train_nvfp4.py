@@ -283,9 +283,9 @@ def test_te_products_on_the_underflow_tie(tn, dev, profile):
     assert rc[1, 2] == 0 and rc[1, 4] == 8
 
 
-@pytest.mark.parametrize("tile", [(16, 128, 4), (16, 256, 4)])
+@pytest.mark.parametrize("tile", [(16, 128, 4), (16, 64, 1)])
 def test_the_gpu_default_tiles_give_the_same_bits(tn, dev, tile):
-    """The launcher's GPU tiles (16 x 128 with SR, 16 x 256 without: one block row of 16 per
+    """The launcher's GPU tiles (16 x 128 with SR, 16 x 64 without: one block row of 16 per
     program down the columns) against mxref, SR and the RHT16 columns included."""
     rng = np.random.default_rng(9)
     x = _edge(96, rng)
@@ -326,4 +326,27 @@ def test_the_tensor_scale_waits_for_every_tile(tn, dev, where):
                            _host_signs(("mask", 0x0F0F), 16), None)
     assert ts.cpu().numpy().view(np.uint32).tolist() == [np.float32(rt).view(np.uint32),
                                                          np.float32(ct).view(np.uint32)]
+    assert _same(rv.cpu(), rvals) and _same(cv.cpu(), np.ascontiguousarray(cvals.T))
+
+
+def test_the_amax_pass_on_its_own_tile(tn, dev):
+    """On a GPU the amax pass reads with a larger tile than the qdq kernel (32 x 256 against
+    16 x 64): the rotated orientations' amaxes, hence T and the values, are mxref's
+    (random-sign RHT16 on the columns, SR on both)."""
+    rng = np.random.default_rng(5)
+    x = _edge(512, rng)[:, :320]
+    signs = ("random", 4321, 3, 1)
+    tn.TILE[0], tn.AMAX_TILE[0] = (16, 64, 1), (32, 256)
+    try:
+        rv, cv, q, ts = tn.qdq(torch.from_numpy(x).to(dev), "te_nvfp4", rows=True, cols=True,
+                               rot_n=16, row_rot=False, col_signs=signs, row_sr=8, col_sr=9,
+                               with_codes=True, out_dtype=torch.float32)
+    finally:
+        tn.TILE[0], tn.AMAX_TILE[0] = None, None
+    rs, rc, rt, rvals = _ref(x, "te_nvfp4", 0, None, 8)
+    cs, cc, ct, cvals = _ref(np.ascontiguousarray(x.T), "te_nvfp4", 16, _host_signs(signs, 16),
+                             9)
+    assert ts.cpu().numpy().view(np.uint32).tolist() == [np.float32(rt).view(np.uint32),
+                                                         np.float32(ct).view(np.uint32)]
+    assert np.array_equal(q[3].cpu().numpy().T, cc) and np.array_equal(q[2].cpu().numpy().T, cs)
     assert _same(rv.cpu(), rvals) and _same(cv.cpu(), np.ascontiguousarray(cvals.T))
