@@ -54,8 +54,6 @@ as ``mxkernels.loader.load_kernels`` does for the kernel modules::
 """
 from __future__ import annotations
 
-import importlib.util
-import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -311,33 +309,11 @@ def load(interpret: bool):
         return here
     if interpret in _COPIES:
         return _COPIES[interpret]
-    from mxkernels.loader import load_kernels
+    from mxkernels.loader import exec_copy, interpret_env, load_kernels
     ks = load_kernels(interpret)
     names = {f"mxkernels.{short}": mod for short, mod in ks.modules.items()}
-    saved = {n: sys.modules.get(n) for n in names}
-    prev = os.environ.get("TRITON_INTERPRET")
-    priv = f"{__name__}__{'interpreted' if interpret else 'compiled'}"
-    os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
-    try:
-        sys.modules.update(names)
-        spec = importlib.util.spec_from_file_location(priv, __file__)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[priv] = mod
-        try:
-            spec.loader.exec_module(mod)
-        except BaseException:
-            sys.modules.pop(priv, None)
-            raise
-    finally:
-        for n, m in saved.items():
-            if m is None:
-                sys.modules.pop(n, None)
-            else:
-                sys.modules[n] = m
-        if prev is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = prev
+    with interpret_env(interpret, swap=names):
+        mod = exec_copy(f"{__name__}__{'interpreted' if interpret else 'compiled'}", __file__)
     if _interpreted(mod) != interpret:
         raise RuntimeError("this triton does not read TRITON_INTERPRET when kernels are "
                            "decorated")

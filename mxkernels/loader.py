@@ -15,6 +15,7 @@ the kernel tests. Importing this module imports neither torch nor triton.
 """
 from __future__ import annotations
 
+import contextlib
 import importlib
 import importlib.util
 import os
@@ -105,29 +106,19 @@ def load_kernels(interpret: bool) -> KernelSet:
                 from None
 
 
-def _private_copy(interpret: bool, names) -> KernelSet:
-    """Execute the kernel modules afresh under TRITON_INTERPRET=1/0 (Triton reads the setting
-    when @triton.jit decorates a function, so it must hold while the module bodies run). While
-    a copy executes, the canonical names in sys.modules point at the copies made so far, so
-    ``from mxkernels.triton_common import _helper`` in a later module binds the copy's helper."""
+@contextlib.contextmanager
+def interpret_env(interpret: bool, names=(), swap=None):
+    """While the block runs: TRITON_INTERPRET = 1 / 0 (Triton reads it when @triton.jit
+    decorates a function, so it must hold while a module body runs) and sys.modules[n] = m
+    for each (n, m) of ``swap``; after it, the setting and the sys.modules entries of ``names``
+    and of ``swap`` as they were (an entry that was absent is removed)."""
+    swap = swap or {}
     prev = os.environ.get("TRITON_INTERPRET")
+    saved = {n: sys.modules.get(n) for n in (*names, *swap)}
     os.environ["TRITON_INTERPRET"] = "1" if interpret else "0"
-    saved = {n: sys.modules.get(n) for n in names}
-    copies = {}
     try:
-        for name in names:
-            priv = f"{name}__{'interpreted' if interpret else 'compiled'}"
-            origin = importlib.util.find_spec(name).origin
-            spec = importlib.util.spec_from_file_location(priv, origin)
-            mod = importlib.util.module_from_spec(spec)
-            sys.modules[priv] = mod
-            sys.modules[name] = mod
-            try:
-                spec.loader.exec_module(mod)
-            except BaseException:
-                sys.modules.pop(priv, None)
-                raise
-            copies[name.rsplit(".", 1)[1]] = mod
+        sys.modules.update(swap)
+        yield
     finally:
         for n, m in saved.items():
             if m is None:
@@ -138,6 +129,36 @@ def _private_copy(interpret: bool, names) -> KernelSet:
             os.environ.pop("TRITON_INTERPRET", None)
         else:
             os.environ["TRITON_INTERPRET"] = prev
+
+
+def exec_copy(name: str, path, alias: str | None = None):
+    """A fresh module ``name`` executed from the file ``path`` (registered in sys.modules as
+    ``name``, and as ``alias`` too when given, so that later imports of alias bind it); on an
+    error nothing stays registered under ``name``."""
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[name] = mod
+    if alias is not None:
+        sys.modules[alias] = mod
+    try:
+        spec.loader.exec_module(mod)
+    except BaseException:
+        sys.modules.pop(name, None)
+        raise
+    return mod
+
+
+def _private_copy(interpret: bool, names) -> KernelSet:
+    """Execute the kernel modules afresh under TRITON_INTERPRET=1/0 (Triton reads the setting
+    when @triton.jit decorates a function, so it must hold while the module bodies run). While
+    a copy executes, the canonical names in sys.modules point at the copies made so far, so
+    ``from mxkernels.triton_common import _helper`` in a later module binds the copy's helper."""
+    copies = {}
+    with interpret_env(interpret, names):
+        for name in names:
+            priv = f"{name}__{'interpreted' if interpret else 'compiled'}"
+            copies[name.rsplit(".", 1)[1]] = exec_copy(priv, importlib.util.find_spec(name).origin,
+                                                       alias=name)
     for mod in copies.values():
         if not _kind_fits(mod, interpret):
             raise BackendUnavailable(

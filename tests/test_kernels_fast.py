@@ -7,9 +7,6 @@ a GPU is visible, compiled on cuda as well.
 """
 from __future__ import annotations
 
-import importlib.util
-import os
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -420,25 +417,9 @@ PLANTED_IN_COMMON = {"rceil_ge"}
 def _exec_interpreted(path, swap: dict):
     """Execute the module at ``path`` under TRITON_INTERPRET=1 with ``swap`` (module name ->
     module) in sys.modules while it runs, so its helper imports bind those modules."""
-    prev = os.environ.get("TRITON_INTERPRET")
-    saved = {n: sys.modules.get(n) for n in swap}
-    os.environ["TRITON_INTERPRET"] = "1"
-    sys.modules.update(swap)
-    try:
-        spec = importlib.util.spec_from_file_location(path.stem, path)
-        mod = importlib.util.module_from_spec(spec)
-        sys.modules[path.stem] = mod
-        spec.loader.exec_module(mod)
-    finally:
-        for n, m in saved.items():
-            if m is None:
-                sys.modules.pop(n, None)
-            else:
-                sys.modules[n] = m
-        if prev is None:
-            os.environ.pop("TRITON_INTERPRET", None)
-        else:
-            os.environ["TRITON_INTERPRET"] = prev
+    from mxkernels.loader import exec_copy, interpret_env
+    with interpret_env(True, swap=swap):
+        mod = exec_copy(path.stem, path)
     return mod
 
 
