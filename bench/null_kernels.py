@@ -158,7 +158,8 @@ def null_tile_kernel(
     """The [BR, BC] tile family (1-D grid, column tiles fastest): per orientation asked for
     (ROWS: blocks along the rows; COLS: down the columns) OUT 1 scales + codes (mx_fast_kernel,
     mx_dual_kernel), OUT 2 values (mx_qdq_kernel, mx_qdq_train_kernel, nvfp4_qdq_train_kernel
-    with AMAX 2). AMAX 1 (OUT 0): the read pass of nvfp4_train_amax_kernel, each program
+    with AMAX 2), OUT 3 NVFP4 row codes and scales, no values (nvfp4_qdq_train_kernel as
+    nvfp4_quantize_rows launches it). AMAX 1 (OUT 0): the read pass of nvfp4_train_amax_kernel, each program
     looping over tiles pid, pid + grid, ... (the grid may be smaller than the tile count), one
     atomic per orientation and program into words 0 / 1 of the int32 [8] buffer, a count of
     the finished programs in word 2, and the last one writing the tensor constants."""
@@ -197,6 +198,14 @@ def null_tile_kernel(
             _tile_values(b, row_out_ptr, offs, m, amax_ptr, 0, AMAX, OUT_BF16)
         if COLS:
             _tile_values(b, col_out_ptr, offs, m, amax_ptr, 1, AMAX, OUT_BF16)
+    if OUT == 3:     # NVFP4 rows, codes without values: byte codes and scales [R, C / 16]
+        add = (tl.load(amax_ptr + 4) & 1) | (tl.load(amax_ptr + 6) & 2)
+        tl.store(row_code_ptr + offs, ((b >> 16) & 0xFF).to(tl.uint8), mask=m)
+        j = c0 // 16 + tl.arange(0, BC // 16)
+        so = rows.to(tl.int64)[:, None] * (n_cols // 16) + j[None, :]
+        sm = (rows < n_rows)[:, None] & (j < n_cols // 16)[None, :]
+        byte = rows[:, None] * 31 + j[None, :] + add
+        tl.store(row_scale_ptr + so, (byte & 0xFF).to(tl.uint8), mask=sm)
 
 
 @triton.jit
@@ -482,15 +491,39 @@ def _nvfp4_head(T: int, per_tensor: int, src: str):
     return bufs, amax, consts
 
 
-def nvfp4_plan(shape, sr: bool = False, src: str = "bfloat16") -> Plan:
+def nvfp4_plan(shape, sr: bool = False, src: str = "bfloat16", device="cuda") -> Plan:
     """triton_quant.nvfp4_quantize(x, profile) (sr: triton_sr.quantize_nvfp4_sr(x, profile,
     seed=...)) of x [T, ..., C]: the amax pass, the tensor-scale step, then
     nvfp4_quantize_kernel (nvfp4_quantize_sr_kernel) on 64 blocks of 16 per program (4 warps;
-    the default for RNE), the constants read per block; tensor_scale = consts[:, 0]."""
+    the default for RNE), the constants read per block; tensor_scale = consts[:, 0]. One
+    tensor (T = 1) with C a multiple of 16, RNE: triton_train_nvfp4.nvfp4_quantize_rows, the
+    training launch's amax pass (32 x 256 tiles, 4 warps, x on ``device``) and its rows with
+    codes and no values (16 x 64 tiles, one warp); tensor_scale = ts[:1]."""
     T, C = shape[0], shape[-1]
     rows = 1
     for d in shape[:-1]:
         rows *= d
+    if not sr and T == 1 and rows and C % 16 == 0:
+        abr, abc = 32, 256
+        bufs = (Buf("amax", (8,), _I32, "zeros", False), Buf("ts", (2,), torch.float32, "ones",
+                                                             False),
+                Buf("scales", tuple(shape[:-1]) + (C // 16,), _U8),
+                Buf("codes", tuple(shape), _U8))
+        launches = (
+            Launch("tile", (min(_cdiv(rows, abr) * _cdiv(C, abc), _amax_programs(device)),),
+                   ("x", "x", "x", "x", "x", "x", "x", "amax", "ts", rows, C),
+                   _tile_ce(src, abr, abc, True, False, 0, amax=1),
+                   "nvfp4_train_amax_kernel", {"BR": abr, "BC": abc}, num_warps=4,
+                   fp_fusion=False),
+            Launch("tile", (_cdiv(rows, 16) * _cdiv(C, 64),),
+                   ("x", "scales", "codes", "x", "x", "x", "x", "amax", "x", rows, C),
+                   _tile_ce(src, 16, 64, True, False, 3, amax=2),
+                   "nvfp4_qdq_train_kernel", {"BR": 16, "BC": 64}, num_warps=1,
+                   fp_fusion=False))
+        return Plan("null NVFP4 one tensor: amax pass, tile 16x64 rows, byte codes",
+                    "triton_quant.nvfp4_quantize (one tensor: nvfp4_quantize_rows)", "nvfp4",
+                    tuple(shape), bufs, launches, ("scales", "codes", "tensor_scale"),
+                    {"block": 16, "src": src})
     per_tensor = rows * C // T if T else 0
     if per_tensor >= 2**31 - 1024:
         raise ValueError(f"{per_tensor} elements per tensor: the null amax pass indexes a "
@@ -719,8 +752,9 @@ def run(plan: Plan, x: torch.Tensor, bufs: dict | None = None):
     for r in plan.returns:
         if r is None:
             out.append(None)
-        elif r == "tensor_scale":
-            out.append(env["consts"][:, 0].contiguous().view(torch.float32))
+        elif r == "tensor_scale":     # the block kernels' consts, or the one-tensor ts
+            out.append(env["consts"][:, 0].contiguous().view(torch.float32) if "consts" in env
+                       else env["ts"][:1])
         else:
             out.append(env[r])
     return tuple(out)

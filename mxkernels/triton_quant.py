@@ -606,11 +606,21 @@ def mx_convert(x: torch.Tensor, fmt: str, profile="ocp", src_dtype: str | None =
     return out.reshape(bits.shape)
 
 
+# triton_train_nvfp4 puts its one-tensor launcher here when it is imported (the copy of each
+# kind binds its own): nvfp4_quantize takes it for one tensor whose C is a multiple of 16
+NVFP4_ROWS: list = [None]
+
+
 def nvfp4_quantize(x: torch.Tensor, profile="ocp", src_dtype: str | None = None,
                    block_rows: int | None = None):
     """NVFP4 of a [T, ..., C] tensor: T independent tensors (each with its own global amax),
     blocks of 16 along the last axis. Returns (scales uint8 [T, ..., ceil(C/16)] E4M3 codes,
-    codes uint8 like x, tensor_scale float32 [T]: dequant = e2m1 * e4m3 * tensor_scale)."""
+    codes uint8 like x, tensor_scale float32 [T]: dequant = e2m1 * e4m3 * tensor_scale).
+
+    One tensor (T = 1) with C a multiple of 16 and no block_rows goes through
+    ``triton_train_nvfp4.nvfp4_quantize_rows`` (the training launch: an amax pass over tiles,
+    then the rows with codes and no values) where its profile is supported there; otherwise
+    (and for T > 1) the amax, tensor-scale and block kernels below."""
     bits, src = _as_bits(x, src_dtype)
     pr = get_profile(profile)
     pr.check_format(FORMATS["nvfp4"])
@@ -620,6 +630,11 @@ def nvfp4_quantize(x: torch.Tensor, profile="ocp", src_dtype: str | None = None,
             "tensor and 1x16 blocks; nvfp4_amax_scope='row' / nvfp4_tile_2d are not implemented")
     if bits.ndim < 2:
         raise KernelUnsupported("nvfp4_quantize takes [T, ..., C]: T tensors, blocks along C")
+    if NVFP4_ROWS[0] is not None and block_rows is None and bits.shape[0] == 1 and \
+            bits.numel() and bits.shape[-1] % 16 == 0:
+        out = NVFP4_ROWS[0](bits, src, profile)
+        if out is not None:
+            return out
     ce_amax = mx_constexprs("nvfp4_amax", "nvfp4", pr, src)
     ce_ts = mx_constexprs("nvfp4_tensor_scale", "nvfp4", pr, src)
     ce = mx_constexprs("nvfp4_quantize", "nvfp4", pr, src)

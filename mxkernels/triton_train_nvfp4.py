@@ -37,8 +37,8 @@ from mxkernels.triton_common import (KernelUnsupported, _f32_div, _f32_min_pos, 
                                      _F32_ONE, _F32_QNAN)
 from mxkernels.triton_fast import (INTERPRETED, _OUT, _SRC, _check_local_offsets, _load_tile,
                                    _prep, _qdq_tile, launch_cached)
-from mxkernels.triton_quant import (_element_value, _nvfp4_amax_lanes, _nvfp4_codes,
-                                    _nvfp4_tensor_consts, _to_f32, mx_constexprs)
+from mxkernels.triton_quant import (NVFP4_ROWS, _element_value, _nvfp4_amax_lanes,
+                                    _nvfp4_codes, _nvfp4_tensor_consts, _to_f32, mx_constexprs)
 from mxkernels.triton_sr import _nvfp4_codes_sr
 from mxkernels.triton_train import _orientation, launch_args
 from mxref.errors import MXRefError
@@ -314,7 +314,8 @@ def _te_round(b2, ay, sval, SR: tl.constexpr, rb2, SIGNED_ZERO: tl.constexpr,
 def _nvfp4_write(b, a, rb, k, amax_ptr, out_ptr, scale_ptr, code_ptr, offs, m, rows,
                  cols, r0, c0, n_rows, n_cols, AXIS: tl.constexpr, BR: tl.constexpr,
                  BC: tl.constexpr, OUT_BF16: tl.constexpr, WRITE_Q: tl.constexpr,
-                 SR: tl.constexpr, ORDER: tl.constexpr, TWO_LEVEL: tl.constexpr,
+                 WRITE_V: tl.constexpr, SR: tl.constexpr, ORDER: tl.constexpr,
+                 TWO_LEVEL: tl.constexpr,
                  SCALE_MIN_TINY: tl.constexpr, ROUNDING: tl.constexpr, OVERFLOW: tl.constexpr,
                  NAN_POISON: tl.constexpr, INF_POISON: tl.constexpr,
                  SIGNED_ZERO: tl.constexpr, FLUSH: tl.constexpr):
@@ -387,7 +388,9 @@ def _nvfp4_write(b, a, rb, k, amax_ptr, out_ptr, scale_ptr, code_ptr, offs, m, r
         vb = _unblocks(vb, AXIS, BR, BC)
         if WRITE_Q:
             code = _unblocks(code, AXIS, BR, BC)
-    if OUT_BF16:     # every value has <= 6 significant bits (2 of E2M1 x 4 of E4M3) in the
+    if not WRITE_V:  # codes and scales only (nvfp4_quantize_rows)
+        pass
+    elif OUT_BF16:   # every value has <= 6 significant bits (2 of E2M1 x 4 of E4M3) in the
         hb = (vb >> 16) & 0xFFFF       # bf16 range, or is the NaN: its top half is exact
         tl.store(out_ptr + offs, hb.to(tl.int16).to(tl.bfloat16, bitcast=True), mask=m)
     else:
@@ -417,7 +420,7 @@ def nvfp4_qdq_train_kernel(
         row_sg_lo, row_sg_hi, row_sg_step, row_sg_tid,
         col_sg_lo, col_sg_hi, col_sg_step, col_sg_tid,
         SRC: tl.constexpr, ROWS: tl.constexpr, COLS: tl.constexpr, WRITE_Q: tl.constexpr,
-        OUT_BF16: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
+        WRITE_V: tl.constexpr, OUT_BF16: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
         ROT_N: tl.constexpr, LOG2N: tl.constexpr, C_BITS: tl.constexpr,
         ROW_ROT: tl.constexpr, COL_ROT: tl.constexpr, ROW_SIGNS: tl.constexpr,
         COL_SIGNS: tl.constexpr, ROW_SR: tl.constexpr, COL_SR: tl.constexpr,
@@ -442,8 +445,8 @@ def nvfp4_qdq_train_kernel(
                                   STEP_DEV)
         _nvfp4_write(bo, ao, rb, 0, amax_ptr, row_out_ptr, row_scale_ptr, row_code_ptr,
                      offs, m, rows, cols, r0, c0, n_rows, n_cols, 1, BR, BC, OUT_BF16, WRITE_Q,
-                     ROW_SR, ORDER, TWO_LEVEL, SCALE_MIN_TINY, ROUNDING, OVERFLOW, NAN_POISON,
-                     INF_POISON, SIGNED_ZERO, FLUSH)
+                     WRITE_V, ROW_SR, ORDER, TWO_LEVEL, SCALE_MIN_TINY, ROUNDING, OVERFLOW,
+                     NAN_POISON, INF_POISON, SIGNED_ZERO, FLUSH)
     if COLS:
         cn: tl.constexpr = ROT_N if COL_ROT else 0
         bo, ao, rb = _orientation(b, a, rows, cols, n_rows, n_cols, 0, BR, BC, cn, LOG2N,
@@ -452,8 +455,8 @@ def nvfp4_qdq_train_kernel(
                                   STEP_DEV)
         _nvfp4_write(bo, ao, rb, 1, amax_ptr, col_out_ptr, col_scale_ptr, col_code_ptr,
                      offs, m, rows, cols, r0, c0, n_rows, n_cols, 0, BR, BC, OUT_BF16, WRITE_Q,
-                     COL_SR, ORDER, TWO_LEVEL, SCALE_MIN_TINY, ROUNDING, OVERFLOW, NAN_POISON,
-                     INF_POISON, SIGNED_ZERO, FLUSH)
+                     WRITE_V, COL_SR, ORDER, TWO_LEVEL, SCALE_MIN_TINY, ROUNDING, OVERFLOW,
+                     NAN_POISON, INF_POISON, SIGNED_ZERO, FLUSH)
 
 
 @triton.jit
@@ -527,7 +530,8 @@ def _profile_ce(profile) -> dict:
 
 def nvfp4_train_constexprs(profile, src, *, rows, cols, with_codes, out_dtype, br, bc, rot_n,
                            row_rot, col_rot, row_signs, col_signs, row_sr, col_sr,
-                           step_dev=False, amax_tile=None) -> tuple[dict, dict]:
+                           step_dev=False, amax_tile=None,
+                           values=True) -> tuple[dict, dict]:
     """(constexprs of nvfp4_train_amax_kernel, of nvfp4_qdq_train_kernel); amax_tile: the
     amax pass's (BR, BC) when it differs from the qdq tile (br, bc)."""
     p = _profile_ce(profile)
@@ -540,7 +544,8 @@ def nvfp4_train_constexprs(profile, src, *, rows, cols, with_codes, out_dtype, b
                 TWO_LEVEL=p["TWO_LEVEL"])
     if amax_tile is not None:
         amax.update(BR=amax_tile[0], BC=amax_tile[1])
-    q = dict(base, WRITE_Q=bool(with_codes), OUT_BF16=out_dtype == "bfloat16",
+    q = dict(base, WRITE_Q=bool(with_codes), WRITE_V=bool(values),
+             OUT_BF16=out_dtype == "bfloat16",
              ROW_SR=bool(row_sr), COL_SR=bool(col_sr),
              **{k: v for k, v in p.items() if k != "WITH_INF"})
     return amax, q
@@ -552,12 +557,14 @@ _CE: dict = {}
 def _ce(key):
     hit = _CE.get(key)
     if hit is None:
-        dtype, profile, rows, cols, wq, odt, br, bc, rn, rr, cr, rs, cs, rsr, csr, sd, at = key
+        (dtype, profile, rows, cols, wq, odt, br, bc, rn, rr, cr, rs, cs, rsr, csr, sd, at,
+         wv) = key
         src = {0: "float32", 1: "bfloat16", 2: "float16"}[_SRC[dtype]]
         ca, cq = nvfp4_train_constexprs(profile, src, rows=rows, cols=cols, with_codes=wq,
                                         out_dtype=_OUT[odt], br=br, bc=bc, rot_n=rn,
                                         row_rot=rr, col_rot=cr, row_signs=rs, col_signs=cs,
-                                        row_sr=rsr, col_sr=csr, step_dev=sd, amax_tile=at)
+                                        row_sr=rsr, col_sr=csr, step_dev=sd, amax_tile=at,
+                                        values=wv)
         out = []
         for kern, ce in ((nvfp4_train_amax_kernel, ca), (nvfp4_qdq_train_kernel, cq)):
             names = kern.arg_names
@@ -574,7 +581,7 @@ def qdq(x: torch.Tensor, profile="te_nvfp4", *, rows: bool = True, cols: bool = 
         out_dtype: torch.dtype = torch.bfloat16, with_codes: bool = False, rot_n: int = 0,
         row_signs=None, col_signs=None, row_sr=None, col_sr=None,
         row_rot: bool | None = None, col_rot: bool | None = None,
-        step: torch.Tensor | None = None):
+        step: torch.Tensor | None = None, values: bool = True):
     """NVFP4 fake quantization of a 2-D tensor x [R, C]: ``(row_values, col_values, q, ts)``.
 
     Per orientation asked for (rows: blocks of 16 along C, the operand x; cols: blocks of 16
@@ -584,7 +591,8 @@ def qdq(x: torch.Tensor, profile="te_nvfp4", *, rows: bool = True, cols: bool = 
     (rotated) orientation's amax. ts: float32 [2], the decode-side tensor scales T of the rows
     and of the columns (dequantized = values x T; a slot not asked for is left unwritten). q:
     None, or with ``with_codes`` (row scales [R, C / 16], row codes [R, C], col scales
-    [R / 16, C], col codes [R, C]) as uint8 (E4M3 bytes, E2M1 codes), None where not asked."""
+    [R / 16, C], col codes [R, C]) as uint8 (E4M3 bytes, E2M1 codes), None where not asked.
+    ``values=False`` (with codes): the values are not written (both None)."""
     x, bits = _prep(x)
     nw = None if INTERPRETED else 4
     tile = None
@@ -610,23 +618,25 @@ def qdq(x: torch.Tensor, profile="te_nvfp4", *, rows: bool = True, cols: bool = 
     (ca, cq) = _ce((x.dtype, profile if isinstance(profile, str) else get_profile(profile).name,
                     bool(rows), bool(cols), bool(with_codes), out_dtype, br, bc, rot_n, row_rot,
                     col_rot, rs[0], cs[0], row_sr is not None and rows,
-                    col_sr is not None and cols, sd, at))
+                    col_sr is not None and cols, sd, at, bool(values)))
+    if not (values or with_codes):
+        raise KernelUnsupported("qdq: values=False writes only the codes: pass with_codes")
     dev = x.device
-    rv = torch.empty((R, C), dtype=out_dtype, device=dev) if rows else None
-    cv = torch.empty((R, C), dtype=out_dtype, device=dev) if cols else None
+    rv = torch.empty((R, C), dtype=out_dtype, device=dev) if rows and values else None
+    cv = torch.empty((R, C), dtype=out_dtype, device=dev) if cols and values else None
     ts = torch.ones(2, dtype=torch.float32, device=dev)      # T = 1 for an empty tensor
     # amax (rows, columns), finished programs, unused, T (rows, columns), S_enc / 6 (rows,
     # columns): nvfp4_train_amax_kernel's docstring
     amax = torch.zeros(8, dtype=torch.int32, device=dev)
-    dummy = rv if rv is not None else cv
     q = None
-    ptrs = (dummy,) * 4
     if with_codes:
         q = (torch.empty((R, C // 16), dtype=torch.uint8, device=dev) if rows else None,
              torch.empty((R, C), dtype=torch.uint8, device=dev) if rows else None,
              torch.empty((R // 16, C), dtype=torch.uint8, device=dev) if cols else None,
              torch.empty((R, C), dtype=torch.uint8, device=dev) if cols else None)
-        ptrs = tuple(t if t is not None else dummy for t in q)
+    # a pointer for the arguments nothing is written through
+    dummy = next(t for t in (rv, cv, *(q or ())) if t is not None)
+    ptrs = (dummy,) * 4 if q is None else tuple(t if t is not None else dummy for t in q)
     if R and C:
         grid = triton.cdiv(R, br) * triton.cdiv(C, bc)
         ag = grid if at is None else triton.cdiv(R, at[0]) * triton.cdiv(C, at[1])
@@ -640,6 +650,30 @@ def qdq(x: torch.Tensor, profile="te_nvfp4", *, rows: bool = True, cols: bool = 
                        *cs[1:]), 9, enable_fp_fusion=False)
     return rv, cv, q, ts
 
+
+_FLOAT = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+
+
+def nvfp4_quantize_rows(bits: torch.Tensor, src: str, profile):
+    """``triton_quant.nvfp4_quantize`` of one tensor: bits [1, ..., C] (the int16 / int32
+    patterns of a ``src`` tensor, C a multiple of 16) -> (scales [1, ..., C / 16], codes like
+    bits, tensor_scale float32 [1]) by :func:`qdq`'s launch (the amax pass, then the rows with
+    codes and without values); None where qdq does not take the profile or the shape (the
+    caller then takes its block kernels)."""
+    if not supports(profile):
+        return None
+    C = bits.shape[-1]
+    try:
+        _, _, q, ts = qdq(bits.reshape(-1, C).view(_FLOAT[src]), profile, rows=True,
+                          cols=False, with_codes=True, values=False)
+    except KernelUnsupported:
+        return None
+    return q[0].reshape(*bits.shape[:-1], C // 16), q[1].reshape(bits.shape), ts[:1]
+
+
+# triton_quant.nvfp4_quantize takes one tensor through nvfp4_quantize_rows (this binds the
+# triton_quant of this module's kind: the loader's private copies import each other)
+NVFP4_ROWS[0] = nvfp4_quantize_rows
 
 _AMAX_PROGRAMS: dict = {}
 

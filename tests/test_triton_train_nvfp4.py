@@ -350,3 +350,37 @@ def test_the_amax_pass_on_its_own_tile(tn, dev):
                                                          np.float32(ct).view(np.uint32)]
     assert np.array_equal(q[3].cpu().numpy().T, cc) and np.array_equal(q[2].cpu().numpy().T, cs)
     assert _same(rv.cpu(), rvals) and _same(cv.cpu(), np.ascontiguousarray(cvals.T))
+
+
+@pytest.mark.parametrize("profile", ["te_nvfp4", "ocp", "torchao_nvfp4",
+                                     "triton_kernels_nvfp4"])
+@pytest.mark.parametrize("src", [torch.float32, torch.bfloat16])
+def test_one_tensor_nvfp4_quantize_takes_the_training_launch(tn, dev, profile, src):
+    """triton_quant.nvfp4_quantize of one [1, R, C] tensor (C a multiple of 16) goes through
+    nvfp4_quantize_rows (the launch is seen) and gives mxref's scales, codes and T; from bit
+    patterns with src_dtype too. Two tensors, or a ragged C, keep the block kernels."""
+    from mxkernels.ops import kernels
+    ks = kernels(dev)
+    tq = ks.modules["triton_quant"]
+    rng = np.random.default_rng(31)
+    x = torch.from_numpy(_edge(96, rng)).to(src)
+    want = mxref.quantize(x.float().numpy(), "nvfp4", profile, axis=-1)
+    seen = []
+    real = tq.NVFP4_ROWS[0]
+    assert real is tn.nvfp4_quantize_rows
+    tq.NVFP4_ROWS[0] = lambda *a: seen.append(a[0].shape) or real(*a)
+    try:
+        name = "float32" if src == torch.float32 else "bfloat16"
+        bits = x.view(torch.int32 if src == torch.float32 else torch.int16)
+        for arg, sd in ((x, None), (bits, name)):
+            s, c, ts = ks.nvfp4_quantize(arg[None].to(dev), profile, src_dtype=sd)
+            assert s.shape == (1, 64, 6) and c.shape == (1, 64, 96) and ts.shape == (1,)
+            assert np.array_equal(s[0].cpu().numpy(), want.scales)
+            assert np.array_equal(c[0].cpu().numpy(), want.codes)
+            assert np.float32(ts.cpu()[0]) == np.float32(want.tensor_scale)
+        assert len(seen) == 2
+        ks.nvfp4_quantize(torch.stack([x, x]).to(dev), profile)              # T = 2
+        ks.nvfp4_quantize(x[None, :, :88].contiguous().to(dev), profile)     # C = 88
+        assert len(seen) == 2
+    finally:
+        tq.NVFP4_ROWS[0] = real
