@@ -43,13 +43,13 @@ def _env():
     return env
 
 
-def _torchrun(out, steps, *extra, port_off=0):
+def _torchrun(out, steps, *extra):
     args = ["--model", "llama-tiny", "--seq-len", "32", "--batch-size", "4", "--precision",
             "fp32", "--threads", "1", "--eval-tokens", "256", "--lr", "0.003", "--no-progress",
             "--tokens", str(128 * steps), "--out", str(out), "--fsdp", *extra]
+    # --standalone: a free port picked by the rendezvous (parallel test workers never share)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_port", str(29100 + (os.getpid() * 7 + port_off) % 800),
-           "-m", "mxref.cli", "train", *args]
+           "--standalone", "-m", "mxref.cli", "train", *args]
     r = subprocess.run(cmd, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     return r
@@ -113,9 +113,9 @@ def test_fsdp_bf16_matches_grad_accum_and_resumes_from_full_checkpoints(tmp_path
     torch.load(ckdir / "rng.pt", weights_only=True)
     # stop after step 2 (checkpoint from the shards), resume: the uninterrupted FSDP run
     res = tmp_path / "fsdp-resumed"
-    _torchrun(res, steps, "--ckpt-every", "2", "--stop-after", "2", port_off=1)
+    _torchrun(res, steps, "--ckpt-every", "2", "--stop-after", "2")
     assert json.loads((res / "summary.json").read_text())["status"] == "stopped"
-    _torchrun(res, steps, "--ckpt-every", "2", port_off=2)
+    _torchrun(res, steps, "--ckpt-every", "2")
     assert json.loads((res / "summary.json").read_text())["resumed_from_step"] == 2
     assert [r["loss"] for r in _log(res)] == [r["loss"] for r in _log(full)]
     wr, _ = _final_weights(res)

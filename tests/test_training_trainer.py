@@ -305,8 +305,7 @@ def test_ddp_two_gloo_processes_match_the_single_process_run(tmp_path):
     train(_cfg(single, tokens=128 * steps))
     run = tmp_path / "ddp"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--master_port", str(29500 + os.getpid() % 1000), "-m", "mxref.cli", "train",
-           *_cli_args(run, steps)]
+           "--standalone", "-m", "mxref.cli", "train", *_cli_args(run, steps)]
     r = subprocess.run(cmd, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     a, b = _losses(single), _losses(run)
