@@ -43,13 +43,13 @@ def _env():
     return env
 
 
-def _torchrun(out, steps, *extra):
+def _torchrun(out, steps, *extra, port_off=0):
     args = ["--model", "llama-tiny", "--seq-len", "32", "--batch-size", "4", "--precision",
             "fp32", "--threads", "1", "--eval-tokens", "256", "--lr", "0.003", "--no-progress",
             "--tokens", str(128 * steps), "--out", str(out), "--fsdp", *extra]
-    # --standalone: a free port picked by the rendezvous (parallel test workers never share)
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--standalone", "-m", "mxref.cli", "train", *args]
+           "--master_port", str(29100 + (os.getpid() * 7 + port_off) % 800),
+           "-m", "mxref.cli", "train", *args]
     r = subprocess.run(cmd, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stderr[-4000:]
     return r
@@ -83,6 +83,7 @@ def _same_losses(a, b, rtol=RTOL):
         assert abs(x - y) <= rtol * abs(x), (la, lb)
 
 
+@pytest.mark.serial
 def test_fsdp_bf16_matches_grad_accum_and_resumes_from_full_checkpoints(tmp_path):
     steps = 4
     single = tmp_path / "accum2"
@@ -113,9 +114,9 @@ def test_fsdp_bf16_matches_grad_accum_and_resumes_from_full_checkpoints(tmp_path
     torch.load(ckdir / "rng.pt", weights_only=True)
     # stop after step 2 (checkpoint from the shards), resume: the uninterrupted FSDP run
     res = tmp_path / "fsdp-resumed"
-    _torchrun(res, steps, "--ckpt-every", "2", "--stop-after", "2")
+    _torchrun(res, steps, "--ckpt-every", "2", "--stop-after", "2", port_off=1)
     assert json.loads((res / "summary.json").read_text())["status"] == "stopped"
-    _torchrun(res, steps, "--ckpt-every", "2")
+    _torchrun(res, steps, "--ckpt-every", "2", port_off=2)
     assert json.loads((res / "summary.json").read_text())["resumed_from_step"] == 2
     assert [r["loss"] for r in _log(res)] == [r["loss"] for r in _log(full)]
     wr, _ = _final_weights(res)
@@ -123,6 +124,7 @@ def test_fsdp_bf16_matches_grad_accum_and_resumes_from_full_checkpoints(tmp_path
         assert torch.equal(wr[k], wb[k]), k
 
 
+@pytest.mark.serial
 def test_fsdp_mx_recipe_matches_grad_accum_with_in_run_validation(tmp_path):
     steps = 2
     single = tmp_path / "accum2"

@@ -299,13 +299,15 @@ def test_mxref_help_does_not_import_torch():
     assert r.stdout.strip() == "[]"
 
 
+@pytest.mark.serial
 def test_ddp_two_gloo_processes_match_the_single_process_run(tmp_path):
     steps = 4
     single = tmp_path / "single"
     train(_cfg(single, tokens=128 * steps))
     run = tmp_path / "ddp"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-           "--standalone", "-m", "mxref.cli", "train", *_cli_args(run, steps)]
+           "--master_port", str(29500 + os.getpid() % 1000), "-m", "mxref.cli", "train",
+           *_cli_args(run, steps)]
     r = subprocess.run(cmd, env=_env(), cwd=REPO, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     a, b = _losses(single), _losses(run)
