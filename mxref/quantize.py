@@ -9,6 +9,7 @@ from . import _kernels as K
 from .errors import (
     AxisError,
     BlockSizeError,
+    GeneratorArgumentError,
     ProfileConflictError,
     ScaleValueError,
     ShapeError,
@@ -109,24 +110,47 @@ def _from_rows(a2: np.ndarray, moved_shape, axis: int) -> np.ndarray:
     return np.ascontiguousarray(np.moveaxis(a2.reshape(moved_shape), -1, axis))
 
 
-def random_bits(shape, seed: int, offset: int = 0) -> np.ndarray:
-    """The documented stochastic-rounding stream: element ``i`` (C order) gets the first word
-    of Philox4x32-10 with counter ``((offset + i) mod 2^32, 0, 0, 0)`` and key
-    ``(seed_lo, seed_hi)``,
-    the same as ``triton.language.randint(seed, offset + i)``. Any integer seed / offset
-    works (taken mod 2^64 / 2^32); floats and bools are refused."""
+def random_bits(shape, seed: int, offset: int = 0, words: int = 1) -> np.ndarray:
+    """The documented stochastic-rounding streams, over the elements in C order.
+
+    ``words=1`` (the default, and the corpus's stream): element ``i`` gets the first word of
+    Philox4x32-10 with counter ``((offset + i) mod 2^32, 0, 0, 0)`` and key
+    ``(seed_lo, seed_hi)``, the same as ``triton.language.randint(seed, offset + i)``.
+
+    ``words=4``: element ``i`` gets word ``i mod 4`` of Philox4x32-10 with counter
+    ``((offset + i div 4) mod 2^32, 0, 0, 0)``, i.e.
+    ``triton.language.randint4x(seed, offset + i // 4)[i % 4]``: one evaluation serves four
+    elements, so a kernel drawing the words in place does a quarter of the Philox work.
+
+    Any integer seed / offset works (taken mod 2^64 / 2^32); floats and bools are refused."""
     shape = as_shape(shape)
     seed = check_int("seed", seed)
     offset = check_int("offset", offset)
+    words = check_words(words)
     out = np.empty(int(np.prod(shape)), dtype=np.uint32)
-    K.philox_stream(np.uint64(seed & (2**64 - 1)), np.int64(offset % 2**32), out)
+    stream = K.philox_stream if words == 1 else K.philox_stream4
+    stream(np.uint64(seed & (2**64 - 1)), np.int64(offset % 2**32), out)
     return out.reshape(shape)
 
 
-def sr_stream_rows(prof: Profile, rbits, seed, rng_offset: int, shape, axis: int) -> np.ndarray:
+def check_words(words) -> int:
+    """The words-per-counter of an SR stream: 1 or 4 (see :func:`random_bits`)."""
+    words = check_int("rng_words", words)
+    if words not in (1, 4):
+        raise GeneratorArgumentError(f"rng_words={words!r}: the stochastic-rounding stream "
+                                     "takes 1 or 4 words per Philox counter")
+    return words
+
+
+def sr_stream_rows(prof: Profile, rbits, seed, rng_offset: int, shape, axis: int,
+                   rng_words: int = 1) -> np.ndarray:
     """The stochastic-rounding words as [rows, n] along ``axis`` (a dummy [1, 1] when the
     profile does not round stochastically); refuses rbits/seed the profile cannot use."""
     rng_offset = check_int("rng_offset", rng_offset)
+    rng_words = check_words(rng_words)
+    if rng_words != 1 and seed is None:
+        raise ProfileConflictError("rng_words applies to the stream drawn from seed; pass seed "
+                                   "(rbits are taken as given)")
     if rbits is not None and seed is not None:
         raise ProfileConflictError("pass rbits or seed, not both (seed would be ignored)")
     stochastic = prof.rounding == "stochastic"
@@ -138,7 +162,7 @@ def sr_stream_rows(prof: Profile, rbits, seed, rng_offset: int, shape, axis: int
     if rbits is None and seed is None:
         raise ProfileConflictError("rounding='stochastic' needs rbits (uint32 per element) or seed")
     if rbits is None:
-        rbits = random_bits(shape, seed, rng_offset)
+        rbits = random_bits(shape, seed, rng_offset, rng_words)
     rbits = np.asarray(rbits)
     if rbits.dtype != np.uint32 or rbits.shape != tuple(shape):
         raise ShapeError(f"rbits must be uint32 of shape {tuple(shape)}, got "
@@ -148,7 +172,7 @@ def sr_stream_rows(prof: Profile, rbits, seed, rng_offset: int, shape, axis: int
 
 def quantize(x, fmt, profile="ocp", axis: int | None = None, *, block_size: int | None = None,
              source_dtype: str | None = None, from_float64: str | None = None,
-             rbits=None, seed: int | None = None, rng_offset: int = 0,
+             rbits=None, seed: int | None = None, rng_offset: int = 0, rng_words: int = 1,
              global_amax=None) -> MXTensor:
     """Quantize ``x`` to the block format ``fmt`` under ``profile``.
 
@@ -157,7 +181,8 @@ def quantize(x, fmt, profile="ocp", axis: int | None = None, *, block_size: int 
     ``from_float64='rne'``.
     axis: the block axis (default: the profile's, normally -1).
     rbits / seed: the random stream for ``rounding='stochastic'`` (uint32 per element, or a
-    Philox seed, see :func:`random_bits`).
+    Philox seed, see :func:`random_bits`); rng_offset / rng_words: the stream's offset and
+    words per counter (1 or 4) with ``seed``.
     global_amax: NVFP4 only: the fp32 amax the tensor scale is derived from (default: the
     amax of x over finite values).
     """
@@ -180,7 +205,7 @@ def quantize(x, fmt, profile="ocp", axis: int | None = None, *, block_size: int 
         raise BlockSizeError(
             f"length {n} along axis {ax} is not a multiple of block size {bs} and profile "
             f"{prof.name!r} refuses ragged blocks")
-    rb2 = sr_stream_rows(prof, rbits, seed, rng_offset, bits.shape, ax)
+    rb2 = sr_stream_rows(prof, rbits, seed, rng_offset, bits.shape, ax, rng_words)
 
     moved_shape = np.moveaxis(bits, ax, -1).shape
     bits2 = _to_rows(bits, ax)

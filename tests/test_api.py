@@ -174,8 +174,18 @@ import numpy as np, torch, triton, triton.language as tl
 def k(out, seed, off, N: tl.constexpr):
     i = tl.arange(0, N)
     tl.store(out + i, tl.randint(seed, off + i))
+@triton.jit
+def k4(out, seed, off, N: tl.constexpr):
+    i = tl.arange(0, N)
+    a, b, c, d = tl.randint4x(seed, off + i)
+    tl.store(out + 4 * i, a)
+    tl.store(out + 4 * i + 1, b)
+    tl.store(out + 4 * i + 2, c)
+    tl.store(out + 4 * i + 3, d)
 out = torch.empty(64, dtype=torch.int32)
 k[(1,)](out, 1234567, 10, N=64)
+print(" ".join(str(int(v)) for v in out.numpy().view(np.uint32)))
+k4[(1,)](out, 1234567, 2**31 - 6, N=16)
 print(" ".join(str(int(v)) for v in out.numpy().view(np.uint32)))
 """
 
@@ -191,5 +201,12 @@ def test_random_bits_match_triton_randint():
     res = subprocess.run([sys.executable, "-c", TRITON_RANDINT], env=env, capture_output=True,
                          text=True, timeout=300)
     assert res.returncode == 0, res.stderr[-2000:]
-    theirs = np.array([int(v) for v in res.stdout.split()], dtype=np.uint32)
+    one, four = res.stdout.splitlines()[-2:]
+    theirs = np.array([int(v) for v in one.split()], dtype=np.uint32)
     np.testing.assert_array_equal(theirs, mxref.random_bits((64,), seed=1234567, offset=10))
+    # words=4: element i is tl.randint4x(seed, offset + i // 4)[i % 4] (int32 counters: Triton
+    # splits a 64-bit offset into two counter words, mxref takes it mod 2^32)
+    theirs = np.array([int(v) for v in four.split()], dtype=np.uint32)
+    np.testing.assert_array_equal(theirs, mxref.random_bits((64,), seed=1234567,
+                                                            offset=2**31 - 6, words=4))
+    assert not np.array_equal(theirs, mxref.random_bits((64,), seed=1234567, offset=2**31 - 6))

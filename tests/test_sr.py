@@ -408,3 +408,29 @@ def test_nvfp4_exact_order_threshold_words_match_the_oracle():
         _, _, want = O.quantize_nvfp4_exact(bits, knobs, rbits=[[int(r) for r in row]
                                                                  for row in rb])
         np.testing.assert_array_equal(mx.codes, np.array(want, np.uint8))
+
+
+def test_four_word_stream_in_quantize():
+    """rng_words=4 takes word i mod 4 of counter offset + i div 4 in the operand's C order
+    (checked against the words written out by hand from the Philox function); misuse is a
+    typed error."""
+    from mxref import _kernels as K
+    prof = mxref.get_profile("ocp").replace(name="ocp+sr", rounding="stochastic")
+    rng = np.random.default_rng(4)
+    x = (rng.standard_normal((6, 64)) * 3).astype(np.float32)
+    seed, off = 2**33 + 5, 7
+    k0, k1 = np.uint64(seed & 0xFFFFFFFF), np.uint64(seed >> 32)
+    words = np.array([int(K.philox4x32(np.uint64(off + i // 4), np.uint64(0), np.uint64(0),
+                                       np.uint64(0), k0, k1, 10)[i % 4])
+                      for i in range(x.size)], dtype=np.uint32).reshape(x.shape)
+    want = mxref.quantize(x, "mxfp4", prof, rbits=words).codes
+    got = mxref.quantize(x, "mxfp4", prof, seed=seed, rng_offset=off, rng_words=4).codes
+    np.testing.assert_array_equal(got, want)
+    assert not np.array_equal(got, mxref.quantize(x, "mxfp4", prof, seed=seed,
+                                                  rng_offset=off).codes)
+    with pytest.raises(mxref.errors.GeneratorArgumentError, match="rng_words=2"):
+        mxref.quantize(x, "mxfp4", prof, seed=1, rng_words=2)
+    with pytest.raises(mxref.errors.GeneratorArgumentError, match="rng_words=True"):
+        mxref.quantize(x, "mxfp4", prof, seed=1, rng_words=True)
+    with pytest.raises(mxref.errors.ProfileConflictError, match="pass seed"):
+        mxref.quantize(x, "mxfp4", prof, rbits=words, rng_words=4)

@@ -20,7 +20,7 @@ from .f32 import (  # noqa: E402, F401
     _JIT, F32_2688, F32_448, F32_E4M3_TINY, F32_INF, F32_MAXBITS, F32_ONE, F32_PARAMS, F32_QNAN,
     F32_SIX, RNE, STOCHASTIC, TIES_AWAY, TIES_ZERO, bit_length, element_quotient,
     exact_quotient, f32_div, f32_min_pos, f32_mul, f32_parts, njit, normalize_f32, philox4x32,
-    philox_stream, round_magnitude, to_f32_bits)
+    philox_stream, philox_stream4, round_magnitude, to_f32_bits)
 from .semantics import (  # noqa: E402, F401
     CEIL, EVEN, FINITE_RULE, FLOOR, INT8_FULL, INT8_SYMMETRIC, LN2_Q32, NAN_SCALE,
     NONSATURATING, NV_EXACT, NV_TE,

@@ -252,3 +252,16 @@ def philox_stream(seed, offset, out):
     for i in nb.prange(out.size):
         c0, _, _, _ = philox4x32(_U(offset + i) & _M32, _U(0), _U(0), _U(0), k0, k1, 10)
         out[i] = c0
+
+
+@njit(parallel=True, **_JIT)
+def philox_stream4(seed, offset, out):
+    """out[i] = word i mod 4 of Philox4x32-10((offset + i div 4, 0, 0, 0), key=(seed_lo,
+    seed_hi)): tl.randint4x(seed, offset + i // 4)[i % 4], one evaluation per four words."""
+    k0 = _U(seed) & _M32
+    k1 = (_U(seed) >> _S32) & _M32
+    for g in nb.prange((out.size + 3) // 4):
+        w = philox4x32(_U(offset + g) & _M32, _U(0), _U(0), _U(0), k0, k1, 10)
+        for j in range(4):
+            if 4 * g + j < out.size:
+                out[4 * g + j] = w[j]
