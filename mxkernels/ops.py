@@ -16,10 +16,12 @@ op                                             returns
 ``quantize_nvfp4(x, profile)``                 ``(scales, codes, tensor_scale)``; x ``[T, ...,
                                                C]``, T tensors
 ``quantize_sr(x, fmt, profile, axis, seed,     ``(scales, codes)``: stochastic rounding with
-offset)``                                      the Philox stream of ``mxref.random_bits``
+offset, words)``                               the Philox stream of ``mxref.random_bits``
+                                               (``words`` 1 or 4 per counter)
 ``quantize_nvfp4_sr(x, profile, seed,          ``(scales, codes, tensor_scale)``: NVFP4 with
-offset)``                                      stochastic rounding; x ``[T, ..., C]``, element
-                                               i of x (C order) takes word offset + i
+offset, words)``                               stochastic rounding; x ``[T, ..., C]``, element
+                                               i of x (C order) takes word offset + i (words
+                                               1; 4: word i mod 4 of counter offset + i div 4)
 ``quantize_rotated(x, fmt, profile, n, signs,  ``(scales, codes)``: fused block Hadamard +
 round_to)``                                    quantization (butterfly contract)
 ``gemm(a_scales, a_codes, b_scales, b_codes,   float32 ``[M, N]`` = A . B^T; mode
@@ -115,32 +117,34 @@ def _(x, profile="ocp"):
 
 @torch.library.custom_op("mxkernels::quantize_sr", mutates_args=())
 def quantize_sr(x: torch.Tensor, fmt: str, profile: str = "ocp", axis: int = -1, seed: int = 0,
-                offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+                offset: int = 0, words: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
     sr = kernels(x.device).modules.get("triton_sr")
     if sr is None:
         raise NotImplementedError("mxkernels.triton_sr is not installed")
-    return tuple(sr.quantize_sr(x, fmt, profile, axis=axis, seed=seed, offset=offset))
+    return tuple(sr.quantize_sr(x, fmt, profile, axis=axis, seed=seed, offset=offset,
+                                words=words))
 
 
 @quantize_sr.register_fake
-def _(x, fmt, profile="ocp", axis=-1, seed=0, offset=0):
+def _(x, fmt, profile="ocp", axis=-1, seed=0, offset=0, words=1):
     return (x.new_empty(_axis_shape(x.shape, axis, fmt), dtype=torch.uint8),
             x.new_empty(x.shape, dtype=torch.uint8))
 
 
 @torch.library.custom_op("mxkernels::quantize_nvfp4_sr", mutates_args=())
 def quantize_nvfp4_sr(x: torch.Tensor, profile: str = "ocp", seed: int = 0,
-                      offset: int = 0) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                      offset: int = 0,
+                      words: int = 1) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # a sibling of quantize_sr: NVFP4 also returns the tensor scale, which quantize_sr's
     # (scales, codes) schema cannot carry
     sr = kernels(x.device).modules.get("triton_sr")
     if sr is None:
         raise NotImplementedError("mxkernels.triton_sr is not installed")
-    return tuple(sr.quantize_nvfp4_sr(x, profile, seed=seed, offset=offset))
+    return tuple(sr.quantize_nvfp4_sr(x, profile, seed=seed, offset=offset, words=words))
 
 
 @quantize_nvfp4_sr.register_fake
-def _(x, profile="ocp", seed=0, offset=0):
+def _(x, profile="ocp", seed=0, offset=0, words=1):
     return (x.new_empty(_axis_shape(x.shape, -1, "nvfp4"), dtype=torch.uint8),
             x.new_empty(x.shape, dtype=torch.uint8),
             x.new_empty((x.shape[0],), dtype=torch.float32))

@@ -404,7 +404,8 @@ def _qdq_orient(a, b, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
     fp32 normal (P2); below 2^-126 rest / q < 2^-32 for every format here (q >= 2^-16), so it
     rounds to 0 either way. With e the exponent field of y, the quantum sits r = 23 - MBITS +
     max(EMIN + 127 - e, 0) >= 20 bits up y's 24-bit significand sig: n = sig >> r and
-    floor(rest / q * 2^32) = sig << (32 - r) mod 2^32 (r <= 32) or sig >> (r - 32) (r > 32).
+    floor(rest / q * 2^32) = sig << (32 - r) mod 2^32 (r <= 32) or sig >> (r - 32) (r > 32),
+    the high and low words of the 64-bit sig * 2^32 >> r.
     The value is n * 2^(max(e, EMIN + 127) - 127 - MBITS) (n <= 2^(MBITS + 1): exact) and the
     code n + ((max(e, EMIN + 127) - EMIN - 127) << MBITS) (a carry of n into the next binade
     gives that binade's first code)."""
@@ -440,13 +441,14 @@ def _qdq_orient(a, b, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr,
             w3 = tl.reshape(rb, (BR // 32, 32, BC))
         e = y >> 23
         ebq = tl.maximum(e, EB)
-        r = (23 - EL_MBITS) + (ebq - e)
-        sig = ((y & 0x7FFFFF) | 0x800000).to(tl.uint32, bitcast=True)
-        nq = tl.where(r < 25, sig >> tl.minimum(r, 24).to(tl.uint32), 0)
-        fr = tl.where(r <= 32, sig << tl.maximum(32 - r, 0).to(tl.uint32),
-                      sig >> tl.minimum(tl.maximum(r - 32, 0), 31).to(tl.uint32))
+        r = tl.minimum((23 - EL_MBITS) + (ebq - e), 63)
+        # sig * 2^32 >> r in 64 bits: n in the high word, floor(rest / q * 2^32) in the low
+        # (r >= 56 leaves both 0: y below 2^-126 and y = 0, whose e is 0, round to 0)
+        sig = ((y & 0x7FFFFF) | 0x800000).to(tl.uint32, bitcast=True).to(tl.uint64)
+        t = (sig << 32) >> r.to(tl.uint64)
+        fr = t.to(tl.uint32)
         up = (fr + w3) < fr                                  # uint32 carry out of the add
-        nq = tl.where(e == 0, 0, nq.to(tl.int32) + up.to(tl.int32))
+        nq = (t >> 32).to(tl.int32) + up.to(tl.int32)
         mag = nq.to(tl.float32) * ((ebq - EL_MBITS) << 23).to(tl.float32, bitcast=True)
     else:
         t = tl.maximum(y & 0x7F800000, MINB)

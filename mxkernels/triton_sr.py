@@ -66,14 +66,14 @@ _PHILOX_KB: tl.constexpr = tl.constexpr(0xBB67AE85)
 
 
 # =========================================================================================
-# Philox4x32-10, first output word
+# Philox4x32-10
 # =========================================================================================
 @triton.jit
-def _philox4(c0, c1, c2, c3, k0, k1):
-    """Word 0 of Philox4x32-10 on counter (c0, c1, c2, c3) with key (k0, k1): c0 a uint32
-    tensor; the others uint32 scalars or tensors. Same rounds as triton.language.philox_impl
-    (round constants 0xD2511F53 / 0xCD9E8D57, key increments 0x9E3779B9 / 0xBB67AE85). Shared
-    with triton_rotate (random sign vectors)."""
+def _philox_rounds(c0, c1, c2, c3, k0, k1):
+    """The four words of Philox4x32-10 on counter (c0, c1, c2, c3) with key (k0, k1): c0 a
+    uint32 tensor; the others uint32 scalars or tensors. Same rounds as
+    triton.language.philox_impl (round constants 0xD2511F53 / 0xCD9E8D57, key increments
+    0x9E3779B9 / 0xBB67AE85); words a caller drops are dead code to the compiler."""
     z = c0 * 0
     c1 = z + c1                       # everything as tensors: wrap-around uint32 arithmetic
     c2 = z + c2
@@ -89,7 +89,22 @@ def _philox4(c0, c1, c2, c3, k0, k1):
         c3 = _c0 * _PHILOX_A
         k0 = k0 + _PHILOX_KA
         k1 = k1 + _PHILOX_KB
-    return c0
+    return c0, c1, c2, c3
+
+
+@triton.jit
+def _philox4(c0, c1, c2, c3, k0, k1):
+    """Word 0 of Philox4x32-10 on counter (c0, c1, c2, c3) with key (k0, k1) (see
+    _philox_rounds). Shared with triton_rotate (random sign vectors)."""
+    w, _, _, _ = _philox_rounds(c0, c1, c2, c3, k0, k1)
+    return w
+
+
+@triton.jit
+def _philox4x(c0, k0, k1):
+    """All four words of Philox4x32-10 on counter (c0, 0, 0, 0) with key (k0, k1), as
+    triton.language.randint4x: the stream ``mxref.random_bits(..., words=4)`` draws."""
+    return _philox_rounds(c0, 0, 0, 0, k0, k1)
 
 
 @triton.jit
@@ -103,6 +118,35 @@ def _u32(v):
     """A scalar int32 argument as uint32 (bit cast). Added to a 0-d tensor first: Triton
     specializes an int argument equal to 1 into a constexpr, which has no .to()."""
     return (tl.full([], 0, tl.int32) + v).to(tl.uint32, bitcast=True)
+
+
+@triton.jit
+def _stream_word(i, offset, seed_lo, seed_hi, RB_MODE: tl.constexpr):
+    """The SR word of element i (uint32) of a seeded stream: RB_MODE 1, word 0 of counter
+    (offset + i) mod 2^32; RB_MODE 2, word i mod 4 of counter (offset + i div 4) mod 2^32
+    (mxref.random_bits(..., words=4)), one Philox evaluation per element here."""
+    if RB_MODE == 1:
+        w = _philox_word0(i + _u32(offset), _u32(seed_lo), _u32(seed_hi))
+    else:
+        w0, w1, w2, w3 = _philox4x((i >> 2) + _u32(offset), _u32(seed_lo), _u32(seed_hi))
+        j = i & 3
+        w = tl.where(j == 0, w0, tl.where(j == 1, w1, tl.where(j == 2, w2, w3)))
+    return w
+
+
+@triton.jit
+def _stream_words_grouped(g, r, n_cols, n_blk, offset, seed_lo, seed_hi, BLOCK: tl.constexpr,
+                          BLOCK_ROWS: tl.constexpr):
+    """uint32 [BLOCK_ROWS, BLOCK]: the four-word stream's words (RB_MODE 3) of the blocks g
+    (rows r) of a [n_rows, n_cols] array blocked along its rows, element i = row * n_cols +
+    col taking word i mod 4 of counter (offset + i div 4) mod 2^32: one Philox evaluation per
+    four elements (n_cols and BLOCK multiples of 4, so every group of four lies in one
+    block)."""
+    base = r * n_cols + (g - r * n_blk) * BLOCK
+    gi = (base >> 2)[:, None] + tl.arange(0, BLOCK // 4)[None, :]
+    w0, w1, w2, w3 = _philox4x(gi.to(tl.uint32, bitcast=True) + _u32(offset), _u32(seed_lo),
+                               _u32(seed_hi))
+    return tl.reshape(tl.join(tl.join(w0, w2), tl.join(w1, w3)), (BLOCK_ROWS, BLOCK))
 
 
 @triton.jit
@@ -209,6 +253,9 @@ def mx_quantize_sr_kernel(
     i = ((row // n_inner) * n_cols + col) * n_inner + row % n_inner of the tensor before its
     block axis was moved last (n_inner = product of the dimensions after the block axis),
     and gets Philox word 0 of counter (offset + i) mod 2^32 under key (seed_lo, seed_hi).
+    RB_MODE 2: as 1 with the four-word stream (:func:`_stream_word`); RB_MODE 3: the same
+    words drawn four per evaluation (n_inner 1, n_cols a multiple of 4:
+    :func:`_stream_words_grouped`).
     """
     g, g_ok, r, offs, m = _tile(n_rows, n_cols, n_blk, BLOCK, BLOCK_ROWS)
     raw = tl.load(x_ptr + offs, mask=m, other=0)
@@ -234,9 +281,13 @@ def mx_quantize_sr_kernel(
         o = r // n_inner
         k = r - o * n_inner
         cols = (offs - r.to(tl.int64)[:, None] * n_cols).to(tl.int32)   # column in the row
-        idx = (o[:, None] * n_cols + cols) * n_inner + k[:, None]
-        ctr = idx.to(tl.uint32, bitcast=True) + _u32(offset)
-        rb = _philox_word0(ctr, _u32(seed_lo), _u32(seed_hi))
+        if RB_MODE == 3:      # n_inner 1: the block axis is the last
+            rb = _stream_words_grouped(g, r, n_cols, n_blk, offset, seed_lo, seed_hi, BLOCK,
+                                       BLOCK_ROWS)
+        else:
+            idx = (o[:, None] * n_cols + cols) * n_inner + k[:, None]
+            rb = _stream_word(idx.to(tl.uint32, bitcast=True), offset, seed_lo, seed_hi,
+                              RB_MODE)
 
     se = tl.where(s == -127, ZEXP, s)
     code = _encode_sr(b, se[:, None], rb, EL_IS_INT, EL_MBITS, EL_EMIN, EL_BIAS, EL_MAXCODE,
@@ -281,7 +332,9 @@ def nvfp4_quantize_sr_kernel(
 
     RB_MODE 0: the uint32 words come from rb_ptr ([n_rows, n_cols], same layout as x).
     RB_MODE 1: element i = row * n_cols + col (C order of the whole input) gets Philox word 0
-    of counter (offset + i) mod 2^32 under key (seed_lo, seed_hi).
+    of counter (offset + i) mod 2^32 under key (seed_lo, seed_hi); RB_MODE 2: the four-word
+    stream (:func:`_stream_word`); RB_MODE 3: the same words, four per evaluation (n_cols a
+    multiple of 4: :func:`_stream_words_grouped`).
     """
     g, g_ok, r, offs, m = _tile(n_rows, n_cols, n_blk, BLOCK, BLOCK_ROWS)
     b = _widen_to_f32(tl.load(x_ptr + offs, mask=m, other=0), SRC)
@@ -300,8 +353,12 @@ def nvfp4_quantize_sr_kernel(
         rb = tl.load(rb_ptr + offs, mask=m, other=0).to(tl.uint32, bitcast=True)
     else:
         # the launcher keeps n_rows * n_cols below 2^31 here: the flat index fits int32
-        ctr = offs.to(tl.int32).to(tl.uint32, bitcast=True) + _u32(offset)
-        rb = _philox_word0(ctr, _u32(seed_lo), _u32(seed_hi))
+        if RB_MODE == 3:
+            rb = _stream_words_grouped(g, r, n_cols, n_blk, offset, seed_lo, seed_hi, BLOCK,
+                                       BLOCK_ROWS)
+        else:
+            rb = _stream_word(offs.to(tl.int32).to(tl.uint32, bitcast=True), offset, seed_lo,
+                              seed_hi, RB_MODE)
 
     code = _nvfp4_codes_sr(b, a, sc, t, rb, ORDER, TWO_LEVEL, OVERFLOW, SIGNED_ZERO, FLUSH)
     code = tl.where(poison[:, None], 0, code)
@@ -327,7 +384,8 @@ def _sr_base_profile(profile):
 def sr_constexprs(fmt, profile="ocp", src_dtype="float32", rb_mode: int = 0,
                   block_rows: int | None = None) -> dict:
     """Every constexpr of :func:`mx_quantize_sr_kernel` for one format / profile (its SR
-    variant) / source dtype / random-word source (0: rbits, 1: seed)."""
+    variant) / source dtype / random-word source (0: rbits, 1: seed, 2 / 3: seed with four
+    words per counter, one evaluation per element / per four)."""
     f = get_format(fmt)
     if f.is_nvfp4:
         raise SRProfileError("quantize_sr takes MX formats; for nvfp4 use quantize_nvfp4_sr "
@@ -353,7 +411,8 @@ def _check_format(pr, f):
 def nvfp4_sr_constexprs(profile="ocp", src_dtype="float32", rb_mode: int = 0,
                         block_rows: int | None = None) -> dict:
     """Every constexpr of :func:`nvfp4_quantize_sr_kernel` for one NVFP4 profile (its SR
-    variant) / source dtype / random-word source (0: rbits, 1: seed): those of
+    variant) / source dtype / random-word source (0: rbits, 1: seed, 2 / 3: seed with four
+    words per counter, one evaluation per element / per four): those of
     triton_quant.nvfp4_quantize_kernel without ROUNDING, plus RB_MODE."""
     pr = _sr_base_profile(profile)
     _check_format(pr, FORMATS["nvfp4"])
@@ -491,23 +550,39 @@ def _one_word_source(rbits, seed):
                            "element) or seed")
 
 
+def _seed_mode(rbits, seed, words) -> int:
+    """RB_MODE of a launch: 0 (rbits), 1 (seed, one word per counter), 2 (seed, four)."""
+    _one_word_source(rbits, seed)
+    if isinstance(words, bool) or words not in (1, 4):
+        raise KernelUnsupported(f"words={words!r}: 1 or 4 words per Philox counter")
+    if rbits is not None:
+        if words != 1:
+            raise KernelUnsupported("words applies to the stream drawn from seed, not to rbits")
+        return 0
+    return 1 if words == 1 else 2
+
+
 def quantize_sr(x: torch.Tensor, fmt: str, profile="ocp", axis: int = -1, *, rbits=None,
                 seed: int | None = None, offset: int = 0, src_dtype: str | None = None,
-                block_rows: int | None = None, num_warps: int = 4):
+                block_rows: int | None = None, num_warps: int = 4, words: int = 1):
     """MX quantization with stochastic rounding along ``axis``: (scales uint8, codes uint8).
 
     ``profile``: a profile name or Profile; a non-stochastic one is used with its rounding
     replaced by ``stochastic`` (``mxref.profiles.sr_profile``), so the default is
     ``ocp+sr``. Exactly one of ``rbits`` (uint32 words as a torch.uint32/int32 tensor of x's
     shape, on x's device) or ``seed`` (the Philox stream of mxref.quantize.random_bits, element
-    i of x in C order taking word offset + i) must be given. Equal bit for bit to
-    ``mxref.quantize(x, fmt, sr_profile(profile), axis, rbits=..., seed=..., rng_offset=...)``.
+    i of x in C order taking word offset + i; ``words=4``: word i mod 4 of counter offset +
+    i div 4) must be given. Equal bit for bit to ``mxref.quantize(x, fmt, sr_profile(profile),
+    axis, rbits=..., seed=..., rng_offset=..., rng_words=words)``.
     """
-    _one_word_source(rbits, seed)
+    mode = _seed_mode(rbits, seed, words)
     bits, src = _as_bits(x, src_dtype)
-    ce = sr_constexprs(fmt, profile, src, 0 if rbits is not None else 1)
-    pr = _sr_base_profile(profile)
     ax = _norm_axis(axis, bits.ndim)
+    if mode == 2 and ax == bits.ndim - 1 and bits.shape[ax] % 4 == 0 and \
+            sr_constexprs(fmt, profile, src, 1)["BLOCK"] % 4 == 0:
+        mode = 3                      # four words per evaluation, each group in one block
+    ce = sr_constexprs(fmt, profile, src, mode)
+    pr = _sr_base_profile(profile)
     x2, moved = _rows_view(bits, ax)
     rows, n = x2.shape
     bs = ce["BLOCK"]
@@ -528,7 +603,7 @@ def quantize_sr(x: torch.Tensor, fmt: str, profile="ocp", axis: int = -1, *, rbi
         rb2, _ = _rows_view(_rbits_tensor(rbits, bits.shape, x.device), ax)
         lo = hi = off = 0
     else:
-        rb2 = x2                      # unused pointer (RB_MODE 1)
+        rb2 = x2                      # unused pointer (RB_MODE 1, 2)
         lo, hi = _seed_words(seed)
         off = _offset_word(offset)
     codes = torch.empty((rows, n), dtype=torch.uint8, device=x.device)
@@ -544,7 +619,7 @@ def quantize_sr(x: torch.Tensor, fmt: str, profile="ocp", axis: int = -1, *, rbi
 
 def quantize_nvfp4_sr(x: torch.Tensor, profile="ocp", *, rbits=None, seed: int | None = None,
                       offset: int = 0, src_dtype: str | None = None,
-                      block_rows: int | None = None, num_warps: int = 4):
+                      block_rows: int | None = None, num_warps: int = 4, words: int = 1):
     """NVFP4 with stochastic rounding of a [T, ..., C] tensor: T independent tensors (each its
     own global amax), blocks of 16 along the last axis, as triton_quant.nvfp4_quantize.
     Returns (scales uint8 [T, ..., ceil(C / 16)] E4M3 codes, codes uint8 like x,
@@ -556,16 +631,19 @@ def quantize_nvfp4_sr(x: torch.Tensor, profile="ocp", *, rbits=None, seed: int |
     ``seed``: element i of x in C order (the whole batch) takes Philox word offset + i, so
     tensor t equals ``mxref.quantize(x[t], "nvfp4", sr_profile(profile), seed=seed,
     rng_offset=offset + t * x[t].numel())`` bit for bit (and with rbits, ``rbits=rbits[t]``).
+    ``words=4``: element i takes word i mod 4 of counter offset + i div 4 (one tensor:
+    ``mxref.quantize(x[0], ..., seed=seed, rng_offset=offset, rng_words=4)``).
     """
-    _one_word_source(rbits, seed)
+    mode = _seed_mode(rbits, seed, words)
     bits, src = _as_bits(x, src_dtype)
     pr = _sr_base_profile(profile)
     if pr.nvfp4_amax_scope != "tensor" or pr.nvfp4_tile_2d:
         raise KernelUnsupported(
             f"profile {pr.name!r}: the Triton NVFP4 kernels implement one tensor scale per "
             "tensor and 1x16 blocks; nvfp4_amax_scope='row' / nvfp4_tile_2d are not implemented")
-    rb_mode = 0 if rbits is not None else 1
-    ce = nvfp4_sr_constexprs(pr, src, rb_mode)
+    if mode == 2 and bits.ndim >= 1 and bits.shape[-1] % 4 == 0:
+        mode = 3                      # four words per evaluation, each group in one block
+    ce = nvfp4_sr_constexprs(pr, src, mode)
     if bits.ndim < 2:
         raise KernelUnsupported("quantize_nvfp4_sr takes [T, ..., C]: T tensors, blocks along C")
     rne = pr.replace(rounding="rne")          # amax and tensor scale do not depend on it
@@ -591,7 +669,7 @@ def quantize_nvfp4_sr(x: torch.Tensor, profile="ocp", *, rbits=None, seed: int |
         rb2 = _rbits_tensor(rbits, bits.shape, x.device).contiguous().reshape(rows, n)
         lo = hi = off = 0
     else:
-        rb2 = xc                      # unused pointer (RB_MODE 1)
+        rb2 = xc                      # unused pointer (RB_MODE 1, 2)
         lo, hi = _seed_words(seed)
         off = _offset_word(offset)
     consts, scales, codes, ready = nvfp4_outputs(xc, n_t, per_tensor, nblk, ce_amax, ce_ts)

@@ -30,7 +30,7 @@ from mxkernels.triton_fast import (INTERPRETED, _OUT, _SRC, _check_local_offsets
                                    _prep, _qdq_tile, _qdq_write, _tiles, launch_cached,
                                    qdq_buffers, qdq_constexprs)
 from mxkernels.triton_rotate import _fwht
-from mxkernels.triton_sr import _philox4, _u32
+from mxkernels.triton_sr import _philox4, _philox4x, _u32
 from mxref.rotate import inv_sqrt_n_bits
 
 __all__ = ["qdq", "qdq_fp4_stored", "launch_args", "ROT_SIZES", "SIGN_MODES", "train_constexprs",
@@ -105,13 +105,45 @@ def _rotate_axis(b, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, N: t
 
 
 @triton.jit
-def _orientation(b, a, rows, cols, n_rows, n_cols, AXIS: tl.constexpr, BR: tl.constexpr,
-                 BC: tl.constexpr, ROT_N: tl.constexpr, LOG2N: tl.constexpr,
+def _sr_words(rows, cols, r0, c0, n_rows, n_cols, k0, k1, AXIS: tl.constexpr,
+              BR: tl.constexpr, BC: tl.constexpr, SR: tl.constexpr):
+    """uint32 [BR, BC]: the SR words of one orientation of the tile (see SR_STREAMS). Element
+    (r, c) of x is word i = r * C + c of the operand x (AXIS 1) or i = c * R + r of x^T (AXIS
+    0). SR 1: word 0 of counter i; SR 4: word i mod 4 of counter i div 4, one Philox
+    evaluation per four elements (the orientation's axis a multiple of 4: each group of four
+    lies in one tile); SR 5: the same words, one evaluation per element (any shape)."""
+    if AXIS == 1:       # the operand x: element (r, c) is word r * C + c
+        idx = rows[:, None] * n_cols + cols[None, :]
+    else:               # the operand x^T: element (r, c) of x is word c * R + r
+        idx = cols[None, :] * n_rows + rows[:, None]
+    if SR == 1:
+        rb = _philox4(idx.to(tl.uint32, bitcast=True), 0, 0, 0, k0, k1)
+    elif SR == 4:
+        if AXIS == 1:   # groups of four along each row: counters [BR, BC / 4]
+            g = rows[:, None] * (n_cols // 4) + (c0 // 4 + tl.arange(0, BC // 4))[None, :]
+            w0, w1, w2, w3 = _philox4x(g.to(tl.uint32, bitcast=True), k0, k1)
+            rb = tl.reshape(tl.join(tl.join(w0, w2), tl.join(w1, w3)), (BR, BC))
+        else:           # groups of four down each column: counters [BR / 4, BC]
+            g = cols[None, :] * (n_rows // 4) + (r0 // 4 + tl.arange(0, BR // 4))[:, None]
+            w0, w1, w2, w3 = _philox4x(g.to(tl.uint32, bitcast=True), k0, k1)
+            j = tl.reshape(tl.join(tl.join(w0, w2), tl.join(w1, w3)), (BR // 4, BC, 4))
+            rb = tl.reshape(tl.permute(j, (0, 2, 1)), (BR, BC))
+    else:
+        u = idx.to(tl.uint32, bitcast=True)
+        w0, w1, w2, w3 = _philox4x(u >> 2, k0, k1)
+        k = u & 3
+        rb = tl.where(k == 0, w0, tl.where(k == 1, w1, tl.where(k == 2, w2, w3)))
+    return rb
+
+
+@triton.jit
+def _orientation(b, a, rows, cols, r0, c0, n_rows, n_cols, AXIS: tl.constexpr,
+                 BR: tl.constexpr, BC: tl.constexpr, ROT_N: tl.constexpr, LOG2N: tl.constexpr,
                  C_BITS: tl.constexpr, SIGNS: tl.constexpr, SR: tl.constexpr, sr_lo, sr_hi,
                  sr_gs, sg_lo, sg_hi, sg_step, sg_tid, step, STEP_DEV: tl.constexpr):
-    """(fp32 bits, magnitudes, SR words or 0) of one orientation of the tile. STEP_DEV: the
-    sign stream's step is the device step, and the SR key is finished with it (_sr_key;
-    sr_gs = 2 * gemm + side)."""
+    """(fp32 bits, magnitudes, SR words or 0) of one orientation of the tile. SR: 0 (RNE) or
+    the stream's kind (_sr_words). STEP_DEV: the sign stream's step is the device step, and
+    the SR key is finished with it (_sr_key; sr_gs = 2 * gemm + side)."""
     if ROT_N > 0:
         if STEP_DEV:
             sg_step = step.to(tl.int32)        # the low 32 bits: step mod 2^32
@@ -120,11 +152,7 @@ def _orientation(b, a, rows, cols, n_rows, n_cols, AXIS: tl.constexpr, BR: tl.co
         a = b & 0x7FFFFFFF
     if SR:
         k0, k1 = _sr_key(sr_lo, sr_hi, sr_gs >> 1, sr_gs & 1, step, STEP_DEV)
-        if AXIS == 1:       # the operand x: element (r, c) is word r * C + c
-            idx = rows[:, None] * n_cols + cols[None, :]
-        else:               # the operand x^T: element (r, c) of x is word c * R + r
-            idx = cols[None, :] * n_rows + rows[:, None]
-        rb = _philox4(idx.to(tl.uint32, bitcast=True), 0, 0, 0, k0, k1)
+        rb = _sr_words(rows, cols, r0, c0, n_rows, n_cols, k0, k1, AXIS, BR, BC, SR)
     else:
         rb = 0
     return b, a, rb
@@ -164,7 +192,7 @@ def mx_qdq_train_kernel(
     b, a = _load_tile(x_ptr, r0, c0, n_rows, n_cols, BR, BC, SRC)
     if ROWS:
         rn: tl.constexpr = ROT_N if ROW_ROT else 0
-        bo, ao, rb = _orientation(b, a, rows, cols, n_rows, n_cols, 1, BR, BC, rn, LOG2N,
+        bo, ao, rb = _orientation(b, a, rows, cols, r0, c0, n_rows, n_cols, 1, BR, BC, rn, LOG2N,
                                   C_BITS, ROW_SIGNS, ROW_SR, row_sr_lo, row_sr_hi, row_sr_gs,
                                   row_sg_lo, row_sg_hi, row_sg_step, row_sg_tid, step,
                                   STEP_DEV)
@@ -174,7 +202,7 @@ def mx_qdq_train_kernel(
                    OUT_BF16, WRITE_Q, ROW_SR, rb)
     if COLS:
         cn: tl.constexpr = ROT_N if COL_ROT else 0
-        bo, ao, rb = _orientation(b, a, rows, cols, n_rows, n_cols, 0, BR, BC, cn, LOG2N,
+        bo, ao, rb = _orientation(b, a, rows, cols, r0, c0, n_rows, n_cols, 0, BR, BC, cn, LOG2N,
                                   C_BITS, COL_SIGNS, COL_SR, col_sr_lo, col_sr_hi, col_sr_gs,
                                   col_sg_lo, col_sg_hi, col_sg_step, col_sg_tid, step,
                                   STEP_DEV)
@@ -399,7 +427,7 @@ def train_constexprs(fmt, profile, src, *, rows, cols, with_codes, out_dtype, br
     ce.update(ROT_N=rot_n, LOG2N=rot_n.bit_length() - 1 if rot_n else 0,
               C_BITS=inv_sqrt_n_bits(rot_n) if rot_n else 0, ROW_ROT=bool(row_rot),
               COL_ROT=bool(col_rot), ROW_SIGNS=row_signs, COL_SIGNS=col_signs,
-              ROW_SR=bool(row_sr), COL_SR=bool(col_sr), STEP_DEV=bool(step_dev))
+              ROW_SR=int(row_sr), COL_SR=int(col_sr), STEP_DEV=bool(step_dev))
     return ce
 
 
@@ -423,14 +451,28 @@ def _ce(key):
     return hit
 
 
+def sr_kinds(R: int, C: int, br: int, bc: int, row_sr, col_sr, sr_words: int):
+    """The kernels' ROW_SR / COL_SR of a launch (see _sr_words): 0 without SR; 1 for the
+    one-word stream; for the four-word stream 4 where the orientation's axis (C for the rows,
+    R for the columns) and the tile's side along it are multiples of 4, else 5."""
+    if isinstance(sr_words, bool) or sr_words not in (1, 4):
+        raise KernelUnsupported(f"sr_words={sr_words!r}: 1 or 4 words per Philox counter")
+    rk = 0 if row_sr is None else 1 if sr_words == 1 else 4 if C % 4 == 0 and bc % 4 == 0 \
+        else 5
+    ck = 0 if col_sr is None else 1 if sr_words == 1 else 4 if R % 4 == 0 and br % 4 == 0 \
+        else 5
+    return rk, ck
+
+
 def launch_args(x, out_dtype, rows, cols, rot_n, row_rot, col_rot, row_signs, col_signs,
-                row_sr, col_sr, step, *, block: int = 0, tile=None):
+                row_sr, col_sr, step, *, block: int = 0, tile=None, sr_words: int = 1):
     """The checks and launch arguments the fused qdq launchers share (this module's and
     triton_train_nvfp4's): (R, C, row_rot, col_rot, device step?, row sign args, col sign
     args, row SR args, col SR args, BR, BC); KernelUnsupported naming the first problem.
     ``block``: the orientations' block size when each axis must be a multiple of it (NVFP4:
     16; 0 for MX, whose ragged blocks the kernel pads); ``tile``: (BR, BC) instead of the
-    default tile."""
+    default tile; ``sr_words``: the SR stream's words per Philox counter (1 or 4; the last
+    two items are the orientations' SR kinds, :func:`sr_kinds`)."""
     if out_dtype not in _OUT:
         raise KernelUnsupported(f"out_dtype {out_dtype}: qdq writes bfloat16 or float32")
     if not (rows or cols):
@@ -468,14 +510,16 @@ def launch_args(x, out_dtype, rows, cols, rot_n, row_rot, col_rot, row_signs, co
             (R + br) * max(C, 1) >= 2**31:
         raise KernelUnsupported(f"stochastic rounding of {R} x {C}: the word index is int32 "
                                 "(R * C < 2^31)")
-    return R, C, row_rot, col_rot, sd, rs, cs, rsr, csr, br, bc
+    rk, ck = sr_kinds(R, C, br, bc, row_sr if rows else None, col_sr if cols else None,
+                      sr_words)
+    return R, C, row_rot, col_rot, sd, rs, cs, rsr, csr, br, bc, rk, ck
 
 
 def qdq(x: torch.Tensor, fmt: str, profile="ocp", *, rows: bool = True, cols: bool = False,
         out_dtype: torch.dtype = torch.bfloat16, with_codes: bool = False, rot_n: int = 0,
         row_signs=None, col_signs=None, row_sr: int | None = None, col_sr: int | None = None,
         row_rot: bool | None = None, col_rot: bool | None = None,
-        step: torch.Tensor | None = None):
+        step: torch.Tensor | None = None, sr_words: int = 1):
     """Fake quantization of a 2-D tensor x [R, C] from one read: ``(row_values, col_values,
     q)`` as ``triton_fast.quantize_dequantize``, with per orientation an optional rotation and
     stochastic rounding.
@@ -484,7 +528,8 @@ def qdq(x: torch.Tensor, fmt: str, profile="ocp", *, rows: bool = True, cols: bo
     > 0) pick the orientations it applies to, along C for the rows and along R for the
     columns, each a multiple of rot_n. row_signs / col_signs: None, ('mask', bits) or
     ('random', seed, step, tensor_id) (see :func:`_sign_args`). row_sr / col_sr: None (RNE) or
-    the seed of the orientation's mxref.random_bits stream (rows: the operand x, columns: x^T).
+    the seed of the orientation's mxref.random_bits stream (rows: the operand x, columns: x^T),
+    with ``sr_words`` (1 or 4) words per Philox counter.
     The values equal ``dequantize(quantize(rotate(x, n, signs), fmt, profile, axis=-1,
     rand_bits=...))`` per orientation (x^T for the columns, transposed back); ``q`` as in
     quantize_dequantize, the codes and scales of the rotated operand.
@@ -501,11 +546,10 @@ def qdq(x: torch.Tensor, fmt: str, profile="ocp", *, rows: bool = True, cols: bo
     else:
         x, bits = _prep(x)
     L = launch_args(x, out_dtype, rows, cols, rot_n, row_rot, col_rot, row_signs, col_signs,
-                    row_sr, col_sr, step)
-    R, C, row_rot, col_rot, sd, rs, cs, rsr, csr, br, bc = L
+                    row_sr, col_sr, step, sr_words=sr_words)
+    R, C, row_rot, col_rot, sd, rs, cs, rsr, csr, br, bc, rk, ck = L
     ce = _ce((x.dtype, fmt, profile, bool(rows), bool(cols), bool(with_codes), out_dtype, br, bc,
-              rot_n, row_rot, col_rot, rs[0], cs[0], row_sr is not None and rows,
-              col_sr is not None and cols, sd))
+              rot_n, row_rot, col_rot, rs[0], cs[0], rk, ck, sd))
     rv, cv, q, outs = qdq_buffers(R, C, rows, cols, out_dtype, with_codes, x.device)
     if R and C:
         nw = None if INTERPRETED else 4

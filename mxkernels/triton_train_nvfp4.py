@@ -131,14 +131,14 @@ def nvfp4_train_amax_kernel(
         b, a = _load_tile(x_ptr, pr * BR, (tid - pr * n_ct) * BC, n_rows, n_cols, BR, BC, SRC)
         if ROWS:
             rn: tl.constexpr = ROT_N if ROW_ROT else 0
-            _, ao, _ = _orientation(b, a, 0, 0, n_rows, n_cols, 1, BR, BC, rn, LOG2N, C_BITS,
-                                    ROW_SIGNS, False, 0, 0, 0, row_sg_lo, row_sg_hi,
+            _, ao, _ = _orientation(b, a, 0, 0, 0, 0, n_rows, n_cols, 1, BR, BC, rn, LOG2N, C_BITS,
+                                    ROW_SIGNS, 0, 0, 0, 0, row_sg_lo, row_sg_hi,
                                     row_sg_step, row_sg_tid, step, STEP_DEV)
             m_r = tl.maximum(m_r, _amax_of(ao, WITH_INF, FLUSH))
         if COLS:
             cn: tl.constexpr = ROT_N if COL_ROT else 0
-            _, ao, _ = _orientation(b, a, 0, 0, n_rows, n_cols, 0, BR, BC, cn, LOG2N, C_BITS,
-                                    COL_SIGNS, False, 0, 0, 0, col_sg_lo, col_sg_hi,
+            _, ao, _ = _orientation(b, a, 0, 0, 0, 0, n_rows, n_cols, 0, BR, BC, cn, LOG2N, C_BITS,
+                                    COL_SIGNS, 0, 0, 0, 0, col_sg_lo, col_sg_hi,
                                     col_sg_step, col_sg_tid, step, STEP_DEV)
             m_c = tl.maximum(m_c, _amax_of(ao, WITH_INF, FLUSH))
     if ROWS:
@@ -274,13 +274,13 @@ def _te_round(b2, ay, sval, SR: tl.constexpr, rb2, SIGNED_ZERO: tl.constexpr,
     if SR:
         e = ay >> 23
         ebq = tl.maximum(e, 127)
-        r = 22 + (ebq - e)
-        sig = ((ay & 0x7FFFFF) | 0x800000).to(tl.uint32, bitcast=True)
-        nq = tl.where(r < 25, sig >> tl.minimum(r, 24).to(tl.uint32), 0)
-        fr = tl.where(r <= 32, sig << tl.maximum(32 - r, 0).to(tl.uint32),
-                      sig >> tl.minimum(tl.maximum(r - 32, 0), 31).to(tl.uint32))
+        r = tl.minimum(22 + (ebq - e), 63)
+        # n and floor(rest / q 2^32) as the two words of sig * 2^32 >> r (r >= 56: both 0)
+        sig = ((ay & 0x7FFFFF) | 0x800000).to(tl.uint32, bitcast=True).to(tl.uint64)
+        t = (sig << 32) >> r.to(tl.uint64)
+        fr = t.to(tl.uint32)
         up = (fr + rb2) < fr                                  # uint32 carry out of the add
-        nq = tl.where(e == 0, 0, nq.to(tl.int32) + up.to(tl.int32))
+        nq = (t >> 32).to(tl.int32) + up.to(tl.int32)
         code = tl.minimum(nq + ((ebq - 127) << 1), 7)
         # the E2M1 magnitude of the code: 0.5 n (code < 2), else (1 + m / 2) 2^(e - 1)
         ce = code >> 1
@@ -439,7 +439,7 @@ def nvfp4_qdq_train_kernel(
     b, a = _load_tile(x_ptr, r0, c0, n_rows, n_cols, BR, BC, SRC)
     if ROWS:
         rn: tl.constexpr = ROT_N if ROW_ROT else 0
-        bo, ao, rb = _orientation(b, a, rows, cols, n_rows, n_cols, 1, BR, BC, rn, LOG2N,
+        bo, ao, rb = _orientation(b, a, rows, cols, r0, c0, n_rows, n_cols, 1, BR, BC, rn, LOG2N,
                                   C_BITS, ROW_SIGNS, ROW_SR, row_sr_lo, row_sr_hi, row_sr_gs,
                                   row_sg_lo, row_sg_hi, row_sg_step, row_sg_tid, step,
                                   STEP_DEV)
@@ -449,7 +449,7 @@ def nvfp4_qdq_train_kernel(
                      NAN_POISON, INF_POISON, SIGNED_ZERO, FLUSH)
     if COLS:
         cn: tl.constexpr = ROT_N if COL_ROT else 0
-        bo, ao, rb = _orientation(b, a, rows, cols, n_rows, n_cols, 0, BR, BC, cn, LOG2N,
+        bo, ao, rb = _orientation(b, a, rows, cols, r0, c0, n_rows, n_cols, 0, BR, BC, cn, LOG2N,
                                   C_BITS, COL_SIGNS, COL_SR, col_sr_lo, col_sr_hi, col_sr_gs,
                                   col_sg_lo, col_sg_hi, col_sg_step, col_sg_tid, step,
                                   STEP_DEV)
@@ -546,7 +546,7 @@ def nvfp4_train_constexprs(profile, src, *, rows, cols, with_codes, out_dtype, b
         amax.update(BR=amax_tile[0], BC=amax_tile[1])
     q = dict(base, WRITE_Q=bool(with_codes), WRITE_V=bool(values),
              OUT_BF16=out_dtype == "bfloat16",
-             ROW_SR=bool(row_sr), COL_SR=bool(col_sr),
+             ROW_SR=int(row_sr), COL_SR=int(col_sr),
              **{k: v for k, v in p.items() if k != "WITH_INF"})
     return amax, q
 
@@ -581,12 +581,12 @@ def qdq(x: torch.Tensor, profile="te_nvfp4", *, rows: bool = True, cols: bool = 
         out_dtype: torch.dtype = torch.bfloat16, with_codes: bool = False, rot_n: int = 0,
         row_signs=None, col_signs=None, row_sr=None, col_sr=None,
         row_rot: bool | None = None, col_rot: bool | None = None,
-        step: torch.Tensor | None = None, values: bool = True):
+        step: torch.Tensor | None = None, values: bool = True, sr_words: int = 1):
     """NVFP4 fake quantization of a 2-D tensor x [R, C]: ``(row_values, col_values, q, ts)``.
 
     Per orientation asked for (rows: blocks of 16 along C, the operand x; cols: blocks of 16
     down each column, the operand x^T), with the rotation, signs, SR seeds and device step of
-    ``triton_train.qdq``: the values e2m1 x e4m3 (bf16 or fp32) of ``mxref.quantize(rotate(x),
+    ``triton_train.qdq`` (``sr_words`` included): the values e2m1 x e4m3 (bf16 or fp32) of ``mxref.quantize(rotate(x),
     'nvfp4', profile, rand_bits=...)`` along that orientation, its own tensor scale from the
     (rotated) orientation's amax. ts: float32 [2], the decode-side tensor scales T of the rows
     and of the columns (dequantized = values x T; a slot not asked for is left unwritten). q:
@@ -604,9 +604,9 @@ def qdq(x: torch.Tensor, profile="te_nvfp4", *, rows: bool = True, cols: bool = 
         tile, nw = ((16, 128), 4) if sr else ((16, 64), 1)
     if TILE[0] is not None:          # (BR, BC, num_warps): benchmark sweeps and tests
         tile, nw = TILE[0][:2], (None if INTERPRETED else TILE[0][2])
-    R, C, row_rot, col_rot, sd, rs, cs, rsr, csr, br, bc = launch_args(
+    R, C, row_rot, col_rot, sd, rs, cs, rsr, csr, br, bc, rk, ck = launch_args(
         x, out_dtype, rows, cols, rot_n, row_rot, col_rot, row_signs, col_signs, row_sr, col_sr,
-        step, block=16, tile=tile)
+        step, block=16, tile=tile, sr_words=sr_words)
     # the amax pass only reads: on a GPU its own larger tile and four warps (any tile whose
     # sides are multiples of the rotation gives the same amax); the interpreter keeps the qdq
     # tile, so that the tests loop over several tiles per program
@@ -617,8 +617,7 @@ def qdq(x: torch.Tensor, profile="te_nvfp4", *, rows: bool = True, cols: bool = 
         _check_local_offsets(at[0], C)
     (ca, cq) = _ce((x.dtype, profile if isinstance(profile, str) else get_profile(profile).name,
                     bool(rows), bool(cols), bool(with_codes), out_dtype, br, bc, rot_n, row_rot,
-                    col_rot, rs[0], cs[0], row_sr is not None and rows,
-                    col_sr is not None and cols, sd, at, bool(values)))
+                    col_rot, rs[0], cs[0], rk, ck, sd, at, bool(values)))
     if not (values or with_codes):
         raise KernelUnsupported("qdq: values=False writes only the codes: pass with_codes")
     dev = x.device

@@ -324,3 +324,44 @@ def test_planted_strict_compare_is_caught(tmp_path):
 # ahead-of-time compilation for sm_90, gfx942, gfx950 (no GPU needed)
 # =============================================================================================
 
+
+
+@pytest.mark.parametrize("fmt", ["mxfp4", "mxfp8_e5m2", "mxint8"])
+def test_four_word_stream_every_axis_and_ragged(env, fmt):
+    """words=4: word i mod 4 of counter offset + i div 4 (mxref.random_bits(..., words=4)),
+    with an offset that wraps 2^32; the one-word stream gives other codes."""
+    mod, dev = env
+    rng = np.random.default_rng(12)
+    x = (rng.standard_normal((3, 37, 70)) * 2.0 ** rng.integers(-8, 8, (3, 37, 1))) \
+        .astype(np.float32)
+    for axis, seed, offset in ((-1, 1234, 0), (0, 2**40 + 3, 2**32 - 10), (1, 77, 5)):
+        ref = mxref.quantize(x, fmt, sr_profile("ocp"), axis=axis, seed=seed,
+                             rng_offset=offset, rng_words=4)
+        s, c = mod.quantize_sr(_t(x, dev), fmt, "ocp", axis, seed=seed, offset=offset, words=4)
+        np.testing.assert_array_equal(_np(s), ref.scales)
+        np.testing.assert_array_equal(_np(c), ref.codes)
+        one = mxref.quantize(x, fmt, sr_profile("ocp"), axis=axis, seed=seed,
+                             rng_offset=offset)
+        assert not np.array_equal(one.codes, ref.codes)
+    # the last axis a multiple of 4 (ragged last block of 4): four words per evaluation
+    x2 = (rng.standard_normal((37, 100)) * 4).astype(np.float32)
+    ref = mxref.quantize(x2, fmt, sr_profile("ocp"), seed=5, rng_offset=2**32 - 7, rng_words=4)
+    s, c = mod.quantize_sr(_t(x2, dev), fmt, "ocp", seed=5, offset=2**32 - 7, words=4)
+    np.testing.assert_array_equal(_np(s), ref.scales)
+    np.testing.assert_array_equal(_np(c), ref.codes)
+    with pytest.raises(mod.KernelUnsupported, match="words=3"):
+        mod.quantize_sr(_t(x, dev), fmt, seed=1, words=3)
+    with pytest.raises(mod.KernelUnsupported, match="rbits"):
+        mod.quantize_sr(_t(x, dev), fmt, rbits=_t(np.zeros(x.shape, np.uint32), dev), words=4)
+
+
+def test_four_word_stream_nvfp4(env):
+    mod, dev = env
+    rng = np.random.default_rng(13)
+    x = (rng.standard_normal((1, 40, 64)) * 3).astype(np.float32)
+    for prof in ("te_nvfp4", "ocp"):
+        ref = mxref.quantize(x[0], "nvfp4", sr_profile(prof), seed=99, rng_offset=2**32 - 3,
+                             rng_words=4)
+        s, c, ts = mod.quantize_nvfp4_sr(_t(x, dev), prof, seed=99, offset=2**32 - 3, words=4)
+        np.testing.assert_array_equal(_np(s)[0], ref.scales)
+        np.testing.assert_array_equal(_np(c)[0], ref.codes)

@@ -254,3 +254,84 @@ def test_fp4_stored_qdq_matches_mxref(tt, dev, fmt):
 def test_fp4_stored_bad_arguments_are_typed_errors(tt, args, says):
     with pytest.raises(tt.KernelUnsupported, match=says):
         tt.qdq_fp4_stored(*args, "mxfp8_e4m3")
+
+
+def _ref_words(x: np.ndarray, fmt: str, seed, words: int):
+    """mxref.quantize with the seed's stream of ``words`` words per Philox counter."""
+    prof = mxref.get_profile("ocp").replace(name="ocp+sr", rounding="stochastic")
+    q = mxref.quantize(x, fmt, prof, axis=-1, seed=seed, rng_words=words)
+    return q.scales, q.codes, q.dequantize().astype(np.float32)
+
+
+# (R, C): both axes multiples of 4 (grouped words); C not (rows per element, columns grouped);
+# R not (columns per element); a tile taller / wider than the tensor
+@pytest.mark.parametrize("shape", [(64, 96), (48, 70), (50, 64), (6, 36)])
+@pytest.mark.parametrize("fmt", ["mxfp4", "mxfp8_e4m3"])
+def test_four_word_stream_matches_mxref_both_orientations(tt, dev, shape, fmt):
+    """sr_words=4: element i of each operand (x for the rows, x^T for the columns) takes word
+    i mod 4 of counter i div 4 (mxref.random_bits(..., words=4)), whichever way the kernel
+    draws them (grouped or per element)."""
+    rng = np.random.default_rng(hash(shape) % 2**32)
+    R, C = shape
+    x = (rng.standard_normal(shape) * rng.choice([1e-3, 1.0, 50.0], (R, 1))).astype(np.float32)
+    x[0, :min(C, 32)] = 5.0                                 # ties: the words decide
+    _, _, q = tt.qdq(torch.from_numpy(x).to(dev), fmt, rows=True, cols=True, with_codes=True,
+                     row_sr=2**40 + 3, col_sr=17, sr_words=4, out_dtype=torch.float32)
+    q = [_cpu(t) for t in q]
+    rs, rc, _ = _ref_words(x, fmt, 2**40 + 3, 4)
+    cs, cc, _ = _ref_words(np.ascontiguousarray(x.T), fmt, 17, 4)
+    assert np.array_equal(q[1].numpy(), rc) and np.array_equal(q[0].numpy(), rs)
+    assert np.array_equal(q[3].numpy().T, cc) and np.array_equal(q[2].numpy().T, cs)
+    # planted: the one-word stream gives other codes, so the check above can fail
+    _, rc1, _ = _ref_words(x, fmt, 2**40 + 3, 1)
+    assert not np.array_equal(rc1, rc)
+
+
+def test_four_word_stream_kinds():
+    """Which launches draw one evaluation per four elements (kind 4) and which fall back to
+    one per element (5): the orientation's axis and the tile's side must be multiples of 4."""
+    from mxkernels.triton_common import KernelUnsupported
+    from mxkernels.triton_train import sr_kinds
+    assert sr_kinds(64, 96, 32, 128, 1, 2, 4) == (4, 4)
+    assert sr_kinds(64, 70, 32, 128, 1, 2, 4) == (5, 4)
+    assert sr_kinds(50, 64, 32, 128, 1, 2, 4) == (4, 5)
+    assert sr_kinds(64, 64, 2, 128, 1, 2, 4) == (4, 5)
+    assert sr_kinds(64, 64, 32, 128, None, 2, 1) == (0, 1)
+    with pytest.raises(KernelUnsupported, match="sr_words=2"):
+        sr_kinds(64, 64, 32, 128, 1, 2, 2)
+
+
+def test_sr_rounding_at_chosen_words(monkeypatch):
+    """The SR rounding of the fused launch against mxref with every element given the same
+    chosen word (the interpreted kernel's word source replaced): 0, 2^31 and 2^32 - 2^k (-1)
+    put the carry threshold at each position of floor(rest / q 2^32), including the positions
+    reached only by elements 2^-8 .. 2^-30 below their block's amax (quantum 33 .. 55 bits up
+    the significand). A word source that is not the one compared with gives other codes (the
+    check can fail)."""
+    from mxkernels.ops import kernels
+    import triton.language as tl
+    tt = kernels("cpu").modules["triton_train"]
+    word = [0]
+
+    def fixed(rows, cols, r0, c0, n_rows, n_cols, k0, k1, AXIS, BR, BC, SR):
+        return tl.full((BR, BC), word[0], tl.uint32)
+
+    monkeypatch.setattr(tt, "_sr_words", fixed)
+    rng = np.random.default_rng(0)
+    x = (rng.standard_normal((64, 64)) * np.exp2(rng.integers(-30, 5, (64, 64)))) \
+        .astype(np.float32)
+    prof = mxref.get_profile("ocp").replace(name="ocp+sr", rounding="stochastic")
+    words = [0, 2**31] + [2**32 - 2**k - d for k in (0, 8, 16, 20, 24, 28) for d in (0, 1)]
+    seen = set()
+    for w in words:
+        word[0] = w
+        for fmt in ("mxfp4", "mxfp8_e4m3"):
+            _, _, q = tt.qdq(torch.from_numpy(x), fmt, rows=True, cols=True, with_codes=True,
+                             row_sr=1, col_sr=2, out_dtype=torch.float32)
+            rb = np.full(x.shape, w, np.uint32)
+            r = mxref.quantize(x, fmt, prof, rbits=rb).codes
+            c = mxref.quantize(np.ascontiguousarray(x.T), fmt, prof, rbits=rb).codes
+            assert np.array_equal(q[1].numpy(), r), (hex(w), fmt)
+            assert np.array_equal(q[3].numpy().T, c), (hex(w), fmt)
+            seen.add((fmt, r.tobytes()))
+    assert len(seen) >= 10          # the words change the codes: a wrong word source shows

@@ -58,14 +58,16 @@ def _host_signs(spec, n):
     return sign_vector("random", n, seed=spec[1], step=spec[2], tensor_id=spec[3])
 
 
-def _ref(x: np.ndarray, profile: str, n: int, signs, seed):
-    """mxref along the last axis: (scales, codes, T, e2m1 x e4m3 values in fp32)."""
+def _ref(x: np.ndarray, profile: str, n: int, signs, seed, words: int = 1):
+    """mxref along the last axis: (scales, codes, T, e2m1 x e4m3 values in fp32); SR with
+    the seed's stream of ``words`` words per Philox counter."""
     if n:
         x = mxref.rotate(x, n, axis=-1, signs=signs)
     prof = mxref.get_profile(profile)
     if seed is not None:
         prof = prof.replace(name=f"{profile}+sr", rounding="stochastic")
-    q = mxref.quantize(x, "nvfp4", prof, axis=-1, seed=seed)
+    q = mxref.quantize(x, "nvfp4", prof, axis=-1, seed=seed,
+                       **({"rng_words": words} if seed is not None else {}))
     unit = mxref.dequantize(codes=q.codes, scales=q.scales, fmt="nvfp4", axis=-1,
                             tensor_scale=np.float32(1.0))
     return q.scales, q.codes, np.float32(q.tensor_scale), np.asarray(unit, dtype=np.float32)
@@ -305,6 +307,31 @@ def test_the_gpu_default_tiles_give_the_same_bits(tn, dev, tile):
     assert _same(rv.cpu(), rvals) and _same(cv.cpu(), np.ascontiguousarray(cvals.T))
 
 
+@pytest.mark.parametrize("tile", [None, (16, 128, 4), (16, 64, 1)])
+def test_four_word_stream_matches_mxref(tn, dev, tile):
+    """sr_words=4 (word i mod 4 of counter i div 4, per operand) on the launcher's tile and
+    the GPU tiles (the te columns blocked in place), the RHT16 columns included; the one-word
+    stream gives other codes (the check can fail)."""
+    rng = np.random.default_rng(19)
+    x = _edge(96, rng)
+    tn.TILE[0] = tile
+    try:
+        rv, cv, q, ts = tn.qdq(torch.from_numpy(x).to(dev), "te_nvfp4", rows=True, cols=True,
+                               with_codes=True, rot_n=16, row_rot=False,
+                               col_signs=("mask", 0xA5F0), row_sr=3, col_sr=4, sr_words=4,
+                               out_dtype=torch.float32)
+    finally:
+        tn.TILE[0] = None
+    rs, rc, rt, rvals = _ref(x, "te_nvfp4", 0, None, 3, 4)
+    cs, cc, ct, cvals = _ref(np.ascontiguousarray(x.T), "te_nvfp4", 16,
+                             _host_signs(("mask", 0xA5F0), 16), 4, 4)
+    assert np.array_equal(q[1].cpu().numpy(), rc) and np.array_equal(q[0].cpu().numpy(), rs)
+    assert np.array_equal(q[3].cpu().numpy().T, cc) and np.array_equal(q[2].cpu().numpy().T, cs)
+    assert _same(rv.cpu(), rvals) and _same(cv.cpu(), np.ascontiguousarray(cvals.T))
+    _, rc1, _, _ = _ref(x, "te_nvfp4", 0, None, 3, 1)
+    assert not np.array_equal(rc1, rc)
+
+
 @pytest.mark.parametrize("where", ["last", "middle"])
 def test_the_tensor_scale_waits_for_every_tile(tn, dev, where):
     """The tensor constants come from the last amax program to finish: a tensor of 8 tiles
@@ -384,3 +411,38 @@ def test_one_tensor_nvfp4_quantize_takes_the_training_launch(tn, dev, profile, s
         assert len(seen) == 2
     finally:
         tq.NVFP4_ROWS[0] = real
+
+
+@pytest.mark.parametrize("profile", ["te_nvfp4", "ocp"])
+def test_sr_rounding_at_chosen_words(monkeypatch, profile):
+    """NVFP4 SR (te: the FPU product's integer rounding; ocp: the exact quotient's) against
+    mxref with every element given the same chosen word (the interpreted word source
+    replaced): the carry threshold at each position of floor(rest / q 2^32), elements far
+    below their block's amax included; the words change the codes (the check can fail)."""
+    import triton.language as tl
+    from mxkernels.ops import kernels
+    ks = kernels("cpu").modules
+    tn = ks["triton_train_nvfp4"]
+    word = [0]
+
+    def fixed(rows, cols, r0, c0, n_rows, n_cols, k0, k1, AXIS, BR, BC, SR):
+        return tl.full((BR, BC), word[0], tl.uint32)
+
+    monkeypatch.setattr(ks["triton_train"], "_sr_words", fixed)
+    rng = np.random.default_rng(3)
+    x = np.concatenate([_edge(64, rng)[:16],
+                        (rng.standard_normal((16, 64)) *
+                         np.exp2(rng.integers(-30, 3, (16, 64)))).astype(np.float32)])
+    prof = mxref.get_profile(profile).replace(name=f"{profile}+sr", rounding="stochastic")
+    seen = set()
+    for w in [0, 2**31] + [2**32 - 2**k - d for k in (0, 8, 16, 24, 28) for d in (0, 1)]:
+        word[0] = w
+        _, _, q, _ = tn.qdq(torch.from_numpy(x), profile, rows=True, cols=True,
+                            with_codes=True, row_sr=1, col_sr=2, out_dtype=torch.float32)
+        rb = np.full(x.shape, w, np.uint32)
+        r = mxref.quantize(x, "nvfp4", prof, rbits=rb).codes
+        c = mxref.quantize(np.ascontiguousarray(x.T), "nvfp4", prof, rbits=rb.T.copy()).codes
+        assert np.array_equal(q[1].numpy(), r), hex(w)
+        assert np.array_equal(q[3].numpy().T, c), hex(w)
+        seen.add(r.tobytes())
+    assert len(seen) >= 5
