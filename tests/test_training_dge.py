@@ -172,6 +172,11 @@ def test_committed_runs_keep_their_identity():
         if not isinstance(r, dict):
             continue
         rec = VARIANTS.get(r["name"]) or get_recipe(r["name"])
+        w1 = VARIANTS.get(f"{r['name']}-w1")
+        if w1 is not None:
+            # mxfp4-fdw-sr and nvfp4-te moved to the four-word SR stream (a new identity, on
+            # purpose); their runs from before are the -w1 variant's identity under the old name
+            rec = w1.replace(name=rec.name, description=rec.description)
         assert rec.replace(seed=r["seed"]).to_dict() == r, p
         checked += 1
     assert checked >= 20

@@ -235,7 +235,8 @@ def _wrong_profile(monkeypatch):
 
 def _wrong_sr_seed(monkeypatch):
     real = Q.sr_bits
-    monkeypatch.setattr(Q, "sr_bits", lambda shape, seed, device: real(shape, seed + 1, device))
+    monkeypatch.setattr(Q, "sr_bits", lambda shape, seed, device, words=1:
+                        real(shape, seed + 1, device, words))
 
 
 def _drop_outliers(monkeypatch):

@@ -212,10 +212,10 @@ def test_tiny_nvfp4_te_training_run_on_triton_passes_in_run_validation(tmp_path)
 def _planted_op(monkeypatch, **override):
     real = torch.ops.mxkernels.quantize_nvfp4_sr
 
-    def planted(x, profile, seed, offset):
+    def planted(x, profile, seed, offset, words=1):
         kw = dict(seed=seed, offset=offset)
         kw.update({k: f(kw[k]) for k, f in override.items()})
-        return real(x, profile, kw["seed"], kw["offset"])
+        return real(x, profile, kw["seed"], kw["offset"], words)
     monkeypatch.setattr(torch.ops.mxkernels, "quantize_nvfp4_sr", planted)
 
 

@@ -623,10 +623,16 @@ def _launch(t: torch.Tensor, o0, o1, a0, a1, want_q: bool, step):
     n1 = o1.n if o1 is not None else 0
     kw = dict(rows=o0 is not None, cols=o1 is not None, with_codes=want_q, rot_n=max(n0, n1),
               row_rot=n0 > 0, col_rot=n1 > 0, row_signs=a0 and a0[0], col_signs=a1 and a1[0],
-              row_sr=a0 and a0[1], col_sr=a1 and a1[1], step=step)
+              row_sr=a0 and a0[1], col_sr=a1 and a1[1], step=step,
+              sr_words=_sr_words(o0) or _sr_words(o1) or 1)
     if s.fmt == "nvfp4":
         return Q.triton_module("triton_train_nvfp4", t.device).qdq(t, s.profile, **kw)
     return (*Q.triton_module("triton_train", t.device).qdq(t, s.fmt, s.profile, **kw), None)
+
+
+def _sr_words(o) -> int | None:
+    """The SR stream's words per Philox counter of an orientation (None: no SR)."""
+    return o.spec.sr_words if o is not None and o.spec.rounding == "sr" else None
 
 
 def _fused(t: torch.Tensor, o0, o1, layer, want_q: bool, args=None):
@@ -639,7 +645,9 @@ def _fused(t: torch.Tensor, o0, o1, layer, want_q: bool, args=None):
     with Q._section(t.device):
         if o0 is None or o1 is None or ((o0.spec.fmt, o0.spec.profile) ==
                                         (o1.spec.fmt, o1.spec.profile) and
-                                        (o0.n == o1.n or not o0.n or not o1.n)):
+                                        (o0.n == o1.n or not o0.n or not o1.n) and
+                                        (_sr_words(o0) == _sr_words(o1) or
+                                         not _sr_words(o0) or not _sr_words(o1))):
             return _launch(t, o0, o1, a0, a1, want_q, step)
         r, _, qr, tr = _launch(t, o0, None, a0, None, want_q, step)
         _, c, qc, tc = _launch(t, None, o1, None, a1, want_q, step)

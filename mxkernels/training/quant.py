@@ -152,10 +152,10 @@ def hadamard_signs(kind: str, n: int, *, seed: int, step: int, tensor_id: int) -
     raise ValueError(kind)
 
 
-def sr_bits(shape, seed: int, device) -> torch.Tensor:
-    """The uint32 words of mxref.random_bits(shape, seed, 0) as int64 on ``device``."""
+def sr_bits(shape, seed: int, device, words: int = 1) -> torch.Tensor:
+    """The uint32 words of mxref.random_bits(shape, seed, 0, words) as int64 on ``device``."""
     from mxref.quantize import random_bits
-    return torch.from_numpy(random_bits(tuple(shape), seed, 0).astype(np.int64)).to(device)
+    return torch.from_numpy(random_bits(tuple(shape), seed, 0, words).astype(np.int64)).to(device)
 
 
 # ---- rotation -------------------------------------------------------------------------------
@@ -295,16 +295,17 @@ def _mx_block(t, spec, backend, sr_seed, fmt=None, prof=None):
             x1 = t.unsqueeze(0).contiguous()            # one tensor: [1, R, C]
             if sr:
                 # the in-kernel Philox stream: element i of t (C order) takes word i of
-                # mxref.random_bits(t.shape, sr_seed, 0), the words sr_bits would build on
-                # the host and the in-run validation regenerates (as quantize_sr for MX)
+                # mxref.random_bits(t.shape, sr_seed, 0, sr_words), the words sr_bits would
+                # build on the host and the in-run validation regenerates (as quantize_sr)
                 s, c, ts = torch.ops.mxkernels.quantize_nvfp4_sr(x1, spec.profile,
-                                                                 int(sr_seed), 0)
+                                                                 int(sr_seed), 0,
+                                                                 spec.sr_words)
             else:
                 s, c, ts = torch.ops.mxkernels.quantize_nvfp4(x1, prof.name)
             ts = ts.reshape(()).to(torch.float32)
             s, c = s.reshape(s.shape[1:]), c.reshape(c.shape[1:])
         else:
-            rb = sr_bits(t.shape, sr_seed, t.device) if sr else None
+            rb = sr_bits(t.shape, sr_seed, t.device, spec.sr_words) if sr else None
             s, c, tsb = te.quantize_nvfp4(t, profile=prof, rand_bits=rb)
             ts = tsb.view(torch.float32).reshape(())
         if backend == "triton":
@@ -320,11 +321,12 @@ def _mx_block(t, spec, backend, sr_seed, fmt=None, prof=None):
     if backend == "triton" and (spec.profile if sr else prof.name) in _TRITON_PROFILES:
         if sr:
             s, c = torch.ops.mxkernels.quantize_sr(t.contiguous(), fmt, spec.profile, -1,
-                                                   int(sr_seed), 0)
+                                                   int(sr_seed), 0, spec.sr_words)
         else:
             s, c = torch.ops.mxkernels.quantize_mx(t.contiguous(), fmt, prof.name, -1)
     else:
-        rb = sr_bits(t.shape, sr_seed, t.device) if prof.rounding == "stochastic" else None
+        rb = sr_bits(t.shape, sr_seed, t.device, spec.sr_words) \
+            if prof.rounding == "stochastic" else None
         if FAST[0] and _fast_ok(fmt, prof):
             r = fast_quantize_mx(t, fmt, prof, rb)
             if r is not None:

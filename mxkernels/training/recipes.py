@@ -54,6 +54,10 @@ class OperandSpec:
     fmt: None (stays high precision) or an mxref format name. profile: an mxref profile name.
     rounding: "rne" (the profile's own rounding) or "sr" (stochastic rounding with the Philox
     stream of :func:`mxref.random_bits`; the profile's rounding is replaced by "stochastic").
+    sr_words: the SR stream's words per Philox counter, 1 (word 0 of counter i, the corpus's
+    stream) or 4 (word i mod 4 of counter i div 4: a quarter of the Philox work in the fused
+    kernels). Left out of :meth:`Recipe.to_dict` when 1, so runs made before it keep their
+    identities.
     source: "hp" or "fwd" (only dgrad's W and wgrad's x can be "fwd": the forward GEMM's
     dequantized operand, in the forward rotation's basis when fprop rotates).
     scaling: "block" or "vector" (fmt must be mxfp4's element grid e2m1 for "vector").
@@ -83,6 +87,7 @@ class OperandSpec:
     clamp_quantile: float | None = None
     dge_k: float | None = None
     dge_const: float | None = None
+    sr_words: int = 1
 
     @property
     def quantized(self) -> bool:
@@ -92,6 +97,11 @@ class OperandSpec:
         """Raise RecipeError when the options cannot be combined."""
         if self.rounding not in ROUNDINGS:
             raise RecipeError(f"{where}: rounding={self.rounding!r}; use one of {ROUNDINGS}")
+        if isinstance(self.sr_words, bool) or self.sr_words not in (1, 4):
+            raise RecipeError(f"{where}: sr_words={self.sr_words!r}; use 1 or 4 words per "
+                              "Philox counter")
+        if self.sr_words != 1 and self.rounding != "sr":
+            raise RecipeError(f"{where}: sr_words={self.sr_words!r} needs rounding='sr'")
         if self.source not in SOURCES:
             raise RecipeError(f"{where}: source={self.source!r}; use one of {SOURCES}")
         if self.scaling not in SCALINGS:
@@ -170,10 +180,11 @@ class OperandSpec:
                                   f"[1, {f.block_size}]")
 
     def label(self) -> str:
-        """Short text for tables: ``mxfp4/ocp/rne``, ``bf16``."""
+        """Short text for tables: ``mxfp4/ocp/rne``, ``mxfp4/ocp/sr4`` (SR, four words per
+        Philox counter), ``bf16``."""
         if self.fmt is None:
             return "bf16" + (" (fwd)" if self.source == "fwd" else "")
-        parts = [self.fmt, self.profile, self.rounding]
+        parts = [self.fmt, self.profile, self.rounding + ("4" if self.sr_words == 4 else "")]
         extra = []
         if self.source == "fwd":
             extra.append("requant of fwd")
@@ -326,12 +337,15 @@ class Recipe:
 
     def to_dict(self) -> dict:
         """JSON-able; :func:`recipe_from_dict` inverts it. An operand's ``dge_const`` is left
-        out when None (it came after runs whose identity holds this dict)."""
+        out when None and its ``sr_words`` when 1 (they came after runs whose identity holds
+        this dict)."""
         d = dataclasses.asdict(self)
         for gname in ("fprop", "dgrad", "wgrad"):
             for side in ("a", "b"):
                 if d[gname][side].get("dge_const", 0) is None:
                     del d[gname][side]["dge_const"]
+                if d[gname][side].get("sr_words", 0) == 1:
+                    del d[gname][side]["sr_words"]
         return d
 
     def to_json(self) -> str:
@@ -386,7 +400,8 @@ def _mx(fmt="mxfp4", profile="ocp", **kw) -> OperandSpec:
 
 
 _F4 = _mx()
-_F4_SR = _mx(rounding="sr")
+# SR operands of the named recipes draw four words per Philox evaluation (OperandSpec.sr_words)
+_F4_SR = _mx(rounding="sr", sr_words=4)
 _FULL = GemmSpec(_F4, _F4)
 
 
@@ -441,7 +456,7 @@ def _build() -> dict[str, Recipe]:
         dgrad=GemmSpec(rc, dataclasses.replace(rc, source="fwd"), "random", 32),
         wgrad=GemmSpec(rc, dataclasses.replace(rc, source="fwd"), "random", 32)))
     nv = OperandSpec(fmt="nvfp4", profile="te_nvfp4")
-    nv_sr = dataclasses.replace(nv, rounding="sr")
+    nv_sr = dataclasses.replace(nv, rounding="sr", sr_words=4)
     r.append(Recipe(
         "nvfp4-te", "NVIDIA NVFP4 (TE NVFP4BlockScaling): 16-element E4M3-scaled blocks plus an "
         "fp32 tensor scale (profile te_nvfp4, RNE); SR on the gradient dy in Dgrad and Wgrad; "
@@ -517,6 +532,21 @@ def _decomp_variant(name: str, outlier_only: bool, description: str):
     return dec.replace(name=name, description=description, **gemms)
 
 
+def _one_word(name: str) -> Recipe:
+    """The named SR recipe with the one-word stream (sr_words 1): the recipe as it was before
+    the four-word stream, for runs made then and as the stream's control arm."""
+    r = RECIPES[name]
+
+    def w1(op):
+        return dataclasses.replace(op, sr_words=1) if op.rounding == "sr" else op
+
+    gemms = {g: dataclasses.replace(getattr(r, g), a=w1(getattr(r, g).a), b=w1(getattr(r, g).b))
+             for g in ("fprop", "dgrad", "wgrad")}
+    return r.replace(name=f"{name}-w1", description=f"{name} with the one-word SR stream (word "
+                     "0 of counter i per element; the recipe until the four-word stream).",
+                     **gemms)
+
+
 def _variants() -> dict:
     ms = RECIPES["ms-fp4"]
     fp = ms.fprop
@@ -565,6 +595,8 @@ def _variants() -> dict:
         _decomp_variant("decomp-macro", outlier_only=False,
                         description="decomp-fixed with macro-block scaling only (no outlier "
                                     "fallback)."),
+        _one_word("mxfp4-fdw-sr"),
+        _one_word("nvfp4-te"),
         fa.replace(name="mxfp8-fdw", save_activations=None,
                    description="fp4-activations without FP4 activation storage: every GEMM in "
                                "MXFP8 E4M3, saved activations in bf16 (the memory baseline)."),

@@ -200,7 +200,8 @@ def _expected_operand(x: np.ndarray, spec: OperandSpec, rec: dict, signs, n):
         vals = mb.dequantize()
     elif f.is_nvfp4:
         mx = mxref.quantize(rest, "nvfp4", prof, axis=-1,
-                            seed=rec.get("sr_seed") if spec.rounding == "sr" else None)
+                            seed=rec.get("sr_seed") if spec.rounding == "sr" else None,
+                            **({"rng_words": spec.sr_words} if spec.rounding == "sr" else {}))
         exp["scales"], exp["codes"] = mx.scales, mx.codes
         exp["tensor_scale"] = np.float32(mx.tensor_scale)
         exp["mx"] = mx
@@ -211,7 +212,8 @@ def _expected_operand(x: np.ndarray, spec: OperandSpec, rec: dict, signs, n):
         vals = mxref.dequantize(mx)
     else:
         mx = mxref.quantize(rest, spec.fmt, prof, axis=-1,
-                            seed=rec.get("sr_seed") if spec.rounding == "sr" else None)
+                            seed=rec.get("sr_seed") if spec.rounding == "sr" else None,
+                            **({"rng_words": spec.sr_words} if spec.rounding == "sr" else {}))
         exp["scales"], exp["codes"] = mx.scales, mx.codes
         exp["mx"] = mx
         vals = mxref.dequantize(mx)
