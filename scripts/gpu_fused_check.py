@@ -5,6 +5,8 @@ device copy measured in the same run.
 
     python scripts/gpu_fused_check.py OUT_DIR        (writes OUT_DIR/fused_check.json)
     NVFP4_ONLY=1 python scripts/gpu_fused_check.py OUT_DIR   (the NVFP4 parts only)
+    ONLY_RECIPES=mxfp4-fdw-sr,nvfp4-te python scripts/gpu_fused_check.py OUT_DIR
+        (the captures and fast = generic of these recipes only: no kernel checks, no timings)
 """
 from __future__ import annotations
 
@@ -139,17 +141,25 @@ def _host(signs, n):
 
 NVFP4_ONLY = os.environ.get("NVFP4_ONLY") == "1"
 SWEEP = os.environ.get("NVFP4_SWEEP") == "1"        # the NVFP4 tile sweep with NVFP4_ONLY
+ONLY = [r for r in os.environ.get("ONLY_RECIPES", "").split(",") if r]
+
+
+def _recipe(name):
+    """A named recipe or experiment variant (MXLinear takes the Recipe itself)."""
+    from mxkernels.training.recipes import RECIPES, VARIANTS
+    return {**RECIPES, **VARIANTS}[name]
 
 
 def capture() -> list:
     from mxkernels.training.mxlinear import MXLinear
     from mxkernels.training.validate import capture_next, check_capture
     out = []
-    for recipe in ("nvfp4-te",) if NVFP4_ONLY else (
+    for recipe in ONLY or (("nvfp4-te",) if NVFP4_ONLY else (
             "mxfp4-fdw-h16", "mxfp4-fdw-rht", "mxfp4-fdw-sr", "fp4-activations", "quartet",
-            "nvfp4-te"):
+            "nvfp4-te")):
         torch.manual_seed(0)
-        lin = MXLinear(768, 2048, bias=False, recipe=recipe, backend="triton", device="cuda")
+        lin = MXLinear(768, 2048, bias=False, recipe=_recipe(recipe), backend="triton",
+                       device="cuda")
         lin.layer_id, lin.step = 3, 11
         x = torch.randn(4096, 768, device="cuda", requires_grad=True)
         capture_next(lin)
@@ -166,10 +176,11 @@ def identity() -> dict:
     from mxkernels.training import mxlinear as M
     from mxkernels.training.mxlinear import MXLinear
     res = {}
-    for recipe in ("nvfp4-te",) if NVFP4_ONLY else ("mxfp4-fdw-h16", "mxfp4-fdw-sr", "quartet",
-                                                     "nvfp4-te"):
+    for recipe in ONLY or (("nvfp4-te",) if NVFP4_ONLY else ("mxfp4-fdw-h16", "mxfp4-fdw-sr",
+                                                              "quartet", "nvfp4-te")):
         torch.manual_seed(1)
-        lin = MXLinear(768, 2048, bias=True, recipe=recipe, backend="triton", device="cuda")
+        lin = MXLinear(768, 2048, bias=True, recipe=_recipe(recipe), backend="triton",
+                       device="cuda")
         lin.layer_id, lin.step = 2, 5
         x0 = torch.randn(4096, 768, device="cuda")
         got = []
@@ -248,16 +259,17 @@ def main():
         doc["bench"] = bench()
         (out / "fused_bench.json").write_text(json.dumps(doc, indent=1) + "\n")
         return
-    doc["bitexact_mismatches"] = {} if NVFP4_ONLY else check(np.random.default_rng(0))
-    doc["bitexact_mismatches"].update(check_nvfp4(np.random.default_rng(1)))
-    doc["bitexact_mismatches"].update(check_last_program(np.random.default_rng(2)))
+    doc["bitexact_mismatches"] = {} if NVFP4_ONLY or ONLY else check(np.random.default_rng(0))
+    if not ONLY:
+        doc["bitexact_mismatches"].update(check_nvfp4(np.random.default_rng(1)))
+        doc["bitexact_mismatches"].update(check_last_program(np.random.default_rng(2)))
     print("mismatches", doc["bitexact_mismatches"], flush=True)
     doc["capture"] = capture()
     print("capture", [(r["recipe"], r["gemm"], r["operand"], r["ok"]) for r in doc["capture"]],
           flush=True)
     doc["fast_vs_generic_mismatches"] = identity()
     print("fast vs generic", doc["fast_vs_generic_mismatches"], flush=True)
-    doc["bench"] = bench()
+    doc["bench"] = [] if ONLY else bench()
     doc["seconds"] = time.time() - t0
     (out / "fused_check.json").write_text(json.dumps(doc, indent=1) + "\n")
     ok = all(v == 0 for v in doc["bitexact_mismatches"].values()) and \
