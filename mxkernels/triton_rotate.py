@@ -218,13 +218,17 @@ def _store_codes(code_ptr, code, r, cols, offs, m, n_cols, ROWS: tl.constexpr,
 def rotate_kernel(x_ptr, sign_ptr, y_ptr, rows_per_t, n_cols, n_chunk,
                   SRC: tl.constexpr, N: tl.constexpr, LOG2N: tl.constexpr, W: tl.constexpr,
                   ROWS: tl.constexpr, HAS_SIGNS: tl.constexpr, C_BITS: tl.constexpr,
-                  BF16: tl.constexpr):
+                  BF16: tl.constexpr, OUT16: tl.constexpr):
     """Butterfly rotation of a contiguous [rows, n_cols] bit-pattern array (n_cols a multiple
-    of N) -> fp32 bits y [rows, n_cols]."""
+    of N) -> fp32 bits y [rows, n_cols], or with OUT16 (and BF16) the bf16 bits (int16) of the
+    RNE-rounded result."""
     _, _, _, _, _, offs, m = _chunk_tile(rows_per_t, 1, n_cols, n_chunk, W, ROWS, False)
     raw = tl.load(x_ptr + offs, mask=m, other=0)
     y = _rotate_tile(raw, sign_ptr, SRC, N, LOG2N, W, ROWS, HAS_SIGNS, C_BITS, BF16)
-    tl.store(y_ptr + offs, y, mask=m)
+    if OUT16:
+        tl.store(y_ptr + offs, (y >> 16).to(tl.int16), mask=m)
+    else:
+        tl.store(y_ptr + offs, y, mask=m)
 
 
 @triton.jit
@@ -461,7 +465,7 @@ def rotate_constexprs(kernel: str, n: int, *, src_dtype="float32", round_to="flo
             "W": n, "ROWS": 1, "HAS_SIGNS": bool(has_signs), "C_BITS": inv_sqrt_n_bits(n),
             "BF16": bf16}
     if kernel == "rotate":
-        ce = base
+        ce = {**base, "OUT16": False}
     elif kernel == "rotate_mx_quantize":
         q = mx_constexprs("mx_quantize", fmt, profile, "float32")
         q.pop("SRC")
@@ -509,6 +513,8 @@ def kernel_signature(kernel: str, src_dtype: str, constexprs: dict):
     """(signature, constexprs) for ``triton.compiler.ASTSource`` (every argument in order)."""
     src = "*i32" if src_dtype == "float32" else "*i16"
     types = {k: (src if v == "SRC" else v) for k, v in ARG_TYPES[kernel].items()}
+    if constexprs.get("OUT16"):
+        types["y_ptr"] = "*i16"
     types.update({k: "constexpr" for k in constexprs})
     names = KERNELS[kernel].arg_names
     if set(names) != set(types):
@@ -663,7 +669,8 @@ def random_signs(n: int, *, seed: int, step: int = 0, tensor_id: int = 0,
 
 def rotate(x: torch.Tensor, n: int, *, signs="none", round_to: str = "float32",
            src_dtype: str | None = None, seed: int = 0, step: int = 0, tensor_id: int = 0,
-           rows: int | None = None, num_warps: int | None = None) -> torch.Tensor:
+           rows: int | None = None, num_warps: int | None = None,
+           out_dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Butterfly block rotation ``y = (x * d) @ H_n / sqrt(n)`` along the last axis, bit-exact
     with ``mxref.rotate.rotate(..., method='butterfly')``; float32 tensor of x's shape on x's
     device (with round_to='bfloat16' a bf16 value held in fp32, low 16 bits zero).
@@ -671,13 +678,21 @@ def rotate(x: torch.Tensor, n: int, *, signs="none", round_to: str = "float32",
     x: float32/bfloat16/float16, or bit patterns with ``src_dtype``; the last dimension must
     be a multiple of n. signs: 'none', 'te16' (n = 16), 'random' (seed/step/tensor_id, see
     :func:`random_signs`) or a +-1 tensor of length n (int or float). rows: rotation blocks per
-    program (power of two); num_warps: the launch's warps.
+    program (power of two); num_warps: the launch's warps. out_dtype: torch.float32, or
+    torch.bfloat16 with round_to='bfloat16': the same values as a bf16 tensor (what
+    ``.to(torch.bfloat16)`` of the fp32 result gives, without its second pass).
     """
     bits, src, _, _ = _prepare(x, n, src_dtype)
     n = int(n)
+    if out_dtype not in (torch.float32, torch.bfloat16) or \
+            (out_dtype == torch.bfloat16 and round_to != "bfloat16"):
+        raise KernelUnsupported(f"out_dtype={out_dtype}: torch.float32, or torch.bfloat16 "
+                                "with round_to='bfloat16'")
     sm, has = _sign_mask(signs, n, bits.device, seed, step, tensor_id)
-    ce = rotate_constexprs("rotate", n, src_dtype=src, round_to=round_to, has_signs=has)
-    out = torch.empty(bits.shape, dtype=torch.int32, device=bits.device)
+    ce = dict(rotate_constexprs("rotate", n, src_dtype=src, round_to=round_to, has_signs=has))
+    ce["OUT16"] = out_dtype == torch.bfloat16
+    out = torch.empty(bits.shape, dtype=torch.int16 if ce["OUT16"] else torch.int32,
+                      device=bits.device)
     nblocks = bits.numel() // n
     if nblocks:
         ce["ROWS"] = _rows_for(n, nblocks, rows)
@@ -686,7 +701,7 @@ def rotate(x: torch.Tensor, n: int, *, signs="none", round_to: str = "float32",
         rotate_kernel[grid](bits, sm, out, nblocks, n, 1, **ce,
                             num_warps=_num_warps(num_warps, ce["ROWS"], n),
                             enable_fp_fusion=False)
-    return out.view(torch.float32)
+    return out.view(out_dtype)
 
 
 def quantize_rotated(x: torch.Tensor, fmt: str, profile="ocp", n: int = 32, *, signs="none",

@@ -213,6 +213,34 @@ def test_rotate_matches_reference(dev, n, src):
             eq_bits(to_np(got), want)
 
 
+@pytest.mark.parametrize("n", [16, 32])
+def test_rotate_to_bf16_in_one_pass(dev, n):
+    """out_dtype=torch.bfloat16: the bf16 tensor of the RNE-rounded rotation, bit for bit the
+    high halves of mxref's round_to='bfloat16' result (what the fp32 output's .to(bfloat16)
+    gave: edge data with NaN, Inf, overflow and subnormals), NaN as 0x7FC0; bf16 output needs
+    round_to='bfloat16'."""
+    rng = np.random.default_rng(2000 + n)
+    x, xw = as_src(data_for(n, rng), "float32")
+    mod = kmod(dev)
+    want = R.rotate(xw, n, signs="random", seed=3, round_to="bfloat16")
+    got = mod.rotate(x.to(dev), n, signs="random", seed=3, round_to="bfloat16",
+                     out_dtype=torch.bfloat16)
+    assert got.dtype == torch.bfloat16 and got.shape == x.shape
+    hi = (np.asarray(want, np.float32).view(np.uint32) >> 16).astype(np.uint16)
+    nan = np.isnan(np.asarray(want, np.float32))
+    g = got.cpu().view(torch.int16).numpy().view(np.uint16)
+    assert np.array_equal(g[~nan], hi[~nan]) and (g[nan] == 0x7FC0).all()
+    # the two-pass path it replaces, NaN payloads aside (torch's cast keeps its own)
+    two = mod.rotate(x.to(dev), n, signs="random", seed=3).to(torch.bfloat16).cpu()
+    assert torch.equal(two.isnan(), got.cpu().isnan())
+    keep = ~two.isnan()
+    assert torch.equal(two.view(torch.int16)[keep], got.cpu().view(torch.int16)[keep])
+    with pytest.raises(KU(dev), match="out_dtype"):
+        mod.rotate(x.to(dev), n, out_dtype=torch.bfloat16)
+    with pytest.raises(KU(dev), match="out_dtype"):
+        mod.rotate(x.to(dev), n, round_to="bfloat16", out_dtype=torch.float16)
+
+
 @pytest.mark.parametrize("src", ["float32", "bfloat16", "float16"])
 def test_rotate_raw_bits_and_shapes(dev, src):
     """Bit-pattern inputs with src_dtype (int and uint views), 3-d inputs, non-contiguous

@@ -655,3 +655,36 @@ def test_a_forward_copy_under_fixed_signs_is_rotated_back_with_them():
     fast = _fwd_bwd(m, x0, True)
     slow = _fwd_bwd(m, x0, False)
     assert all(torch.equal(a, b) for a, b in zip(fast, slow) if a is not None)
+
+
+def test_quartet_rotates_dx_and_dw_back_to_bf16_in_one_pass(monkeypatch):
+    """Under bf16 autocast with a bf16 input (o_proj's and down_proj's in a llama), quartet's
+    dx is rotated back and rounded to bf16 by one triton_rotate launch (out_dtype bfloat16):
+    bit for bit what the fp32 rotation followed by .to(bfloat16) gave (the launcher wrapped to
+    do that is the reference). dW (fp32 like the weight) keeps the fp32 rotation."""
+    from mxkernels.training import quant as Q
+    rot = Q.triton_module("triton_rotate", torch.device("cpu"))
+    real = rot.rotate
+    seen = []
+
+    def one_pass(t, n, **kw):
+        seen.append(kw.get("out_dtype"))
+        return real(t, n, **kw)
+
+    def two_pass(t, n, round_to="float32", out_dtype=torch.float32, **kw):
+        return real(t, n, **kw).to(out_dtype)
+
+    x0 = torch.randn(96, 64).to(torch.bfloat16)
+    got = {}
+    for name, f in (("one", one_pass), ("two", two_pass)):
+        monkeypatch.setattr(rot, "rotate", f)
+        m = _pair("quartet", bias=False)
+        m.layer_id, m.step = 2, 7
+        x = x0.clone().requires_grad_(True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = m(x)
+        (y.float() * torch.linspace(-1, 1, y.shape[-1])).sum().backward()
+        got[name] = (x.grad, m.weight.grad)
+    assert seen == [torch.bfloat16, None]           # dx in one pass, dW in fp32
+    for a, b in zip(got["one"], got["two"]):
+        assert a.dtype == b.dtype and torch.equal(a, b)

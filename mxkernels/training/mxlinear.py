@@ -783,7 +783,10 @@ def _gemm(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype, autocast: bool, 
     if not n:
         return out.to(dtype)
     with Q._section(out.device):
-        out = Q.triton_module("triton_rotate", out.device).rotate(out.contiguous(), n)
+        rot = Q.triton_module("triton_rotate", out.device).rotate
+        if signs is None and dtype == torch.bfloat16:   # rotate and round in one pass
+            return rot(out.contiguous(), n, round_to="bfloat16", out_dtype=torch.bfloat16)
+        out = rot(out.contiguous(), n)
         if signs is not None:                # per n-block along the last axis
             sg = _SIGNS.get(torch.from_numpy(signs.astype(np.float32)), out.device)
             out = (out.reshape(-1, n) * sg).reshape(out.shape)
