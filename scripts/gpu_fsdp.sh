@@ -19,6 +19,9 @@ OUT=${1:?usage: scripts/gpu_fsdp.sh OUTDIR [RECIPE...]}
 shift
 if [ $# -gt 0 ]; then RECIPES=("$@"); else RECIPES=(bf16 mxfp4-fdw); fi
 source "$(dirname "$0")/gpu_parts.sh"
+# `mxref train` is an entry point (mxref.commands): the checkout must be installed
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$OUT/pip.log" 2>&1 \
+  || echo "pip install -e . failed (see pip.log): mxref train needs the entry points" >&2
 N=${NGPU:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 if [ "$N" -lt 2 ]; then echo "needs >= 2 GPUs, found $N"; exit 1; fi
 nvidia-smi --query-gpu=index,name,driver_version,clocks.max.sm --format=csv,noheader > "$OUT/gpu.txt" 2>&1
