@@ -385,6 +385,22 @@ class Run:
                                     impl="triton SR (Philox)", params={"axis": -1}),
                           null=null("sr_plan"))
 
+            def check_sr4():
+                s, c = sr.quantize_sr(x, "mxfp4", "ocp", axis=-1, seed=1234, words=4)
+                mx = mxref.quantize(xc, "mxfp4", sr_profile("ocp"), axis=-1, seed=1234,
+                                    rng_words=4)
+                ds = int((s.cpu().numpy() != mx.scales).sum())
+                dc = int((c.cpu().numpy() != mx.codes).sum())
+                return ds == 0 and dc == 0, f"{ds} scale and {dc} code mismatches"
+            self.membound("SR quantize bf16->mxfp4 ocp (four-word Philox stream, unpacked)",
+                          lambda: sr.quantize_sr(x, "mxfp4", "ocp", axis=-1, seed=1234,
+                                                 words=4),
+                          2 * N + N + N / 32, check_sr4, group="sr",
+                          meta=dict(op="quantize_mx_sr", format="mxfp4", profile="ocp",
+                                    impl="triton SR (Philox, four words per counter)",
+                                    params={"axis": -1, "words": 4}),
+                          null=null("sr_plan"))
+
         if sr is not None and hasattr(sr, "quantize_nvfp4_sr"):
             from mxref.profiles import sr_profile
 
