@@ -191,13 +191,16 @@ def _round_sig_sr(q, exp2, rb, MBITS: tl.constexpr, EMIN: tl.constexpr, BIAS: tl
         qu = q.to(tl.uint64, bitcast=True)
         f_lo = (qu << tl.minimum(tl.maximum(32 - r, 0), 31).to(tl.uint64)).to(tl.uint32)
         f_hi = (qu >> tl.minimum(tl.maximum(r - 32, 0), 63).to(tl.uint64)).to(tl.uint32)
+        f = tl.where(r <= 32, f_lo, f_hi)
+        up = (f.to(tl.int64) + rb.to(tl.int64)) >= _TWO32
     else:
-        n = q >> tl.minimum(tl.maximum(r, 1), 25)    # >= 25 discards everything
-        qu = q.to(tl.uint32, bitcast=True)
-        f_lo = qu << tl.minimum(tl.maximum(32 - r, 0), 31).to(tl.uint32)
-        f_hi = qu >> tl.minimum(tl.maximum(r - 32, 0), 31).to(tl.uint32)
-    f = tl.where(r <= 32, f_lo, f_hi)
-    up = (f.to(tl.int64) + rb.to(tl.int64)) >= _TWO32
+        # q * 2^32 >> r in 64 bits: n in the high word, f in the low (r from 1 to 63; the
+        # exact case r < 1 replaces n below)
+        t = (q.to(tl.uint32, bitcast=True).to(tl.uint64) << 32) >> \
+            tl.minimum(tl.maximum(r, 1), 63).to(tl.uint64)
+        n = (t >> 32).to(tl.int32)
+        f = t.to(tl.uint32)
+        up = (f + rb.to(tl.uint32, bitcast=True)) < f     # uint32 carry out of the add
     n = (n + tl.where(up & (r >= 1), 1, 0)).to(tl.int32)
     if IS_INT:
         code = n

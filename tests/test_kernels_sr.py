@@ -306,7 +306,12 @@ def _planted_copy(tmp_path, old: str, new: str):
 
 
 def test_planted_strict_compare_is_caught(tmp_path):
-    bad = _planted_copy(tmp_path, ">= _TWO32", "> _TWO32")
+    # up iff f + r >= 2^32, the carry out of the uint32 add; planted: f + r > 2^32
+    site = "up = (f + rb.to(tl.uint32, bitcast=True)) < f"
+    bad = _planted_copy(tmp_path, site, site.replace(
+        "up = (f + rb.to(tl.uint32, bitcast=True)) < f",
+        "up = ((f + rb.to(tl.uint32, bitcast=True)) < f) & "
+        "((f + rb.to(tl.uint32, bitcast=True)) != 0)"))
     fmt, prof = "mxfp4", "ocp"
     x = _edge_rows(fmt)
     rb = _sr_word_rows(x, fmt, prof)
