@@ -16,7 +16,7 @@ part env 60 bash -c 'nvidia-smi --query-gpu=name,clocks.max.sm,power.limit --for
 python -c "import torch, triton; print(torch.__version__, triton.__version__)"'
 if [ "$WHAT" = checks ]; then
   part pytest_cuda 200 python -m pytest -q -p no:cacheprovider tests/test_triton_train.py \
-    tests/test_triton_train_nvfp4.py tests/test_kernels_sr.py -k "four_word and cuda"
+    tests/test_triton_train_nvfp4.py tests/test_kernels_sr.py -k "(four_word or gpu_default_tiles) and cuda"
   part sr_words 200 python scripts/gpu_sr_words.py "$OUT/sr_words.json"
   part captures 150 env ONLY_RECIPES=mxfp4-fdw-sr,nvfp4-te,mxfp4-fdw-sr-w1 \
     python scripts/gpu_fused_check.py "$OUT"

@@ -285,10 +285,13 @@ def test_te_products_on_the_underflow_tie(tn, dev, profile):
     assert rc[1, 2] == 0 and rc[1, 4] == 8
 
 
-@pytest.mark.parametrize("tile", [(16, 128, 4), (16, 64, 1)])
-def test_the_gpu_default_tiles_give_the_same_bits(tn, dev, tile):
-    """The launcher's GPU tiles (16 x 128 with SR, 16 x 64 without: one block row of 16 per
-    program down the columns) against mxref, SR and the RHT16 columns included."""
+@pytest.mark.parametrize("words", [1, 4])
+@pytest.mark.parametrize("tile", [None, (16, 128, 4), (16, 64, 1)])
+def test_the_gpu_default_tiles_give_the_same_bits(tn, dev, tile, words):
+    """The launcher's tile and its GPU tiles (16 x 128 with SR, 16 x 64 without: one block row
+    of 16 per program down the columns) against mxref, SR with one or four words per Philox
+    evaluation (words=4: word i mod 4 of counter i div 4, per operand) and the RHT16 columns
+    included; the two streams give different codes (the check can fail)."""
     rng = np.random.default_rng(9)
     x = _edge(96, rng)
     tn.TILE[0] = tile
@@ -296,40 +299,17 @@ def test_the_gpu_default_tiles_give_the_same_bits(tn, dev, tile):
         rv, cv, q, ts = tn.qdq(torch.from_numpy(x).to(dev), "te_nvfp4", rows=True, cols=True,
                                with_codes=True, rot_n=16, row_rot=False,
                                col_signs=("mask", 0xA5F0), row_sr=3, col_sr=4,
-                               out_dtype=torch.float32)
+                               sr_words=words, out_dtype=torch.float32)
     finally:
         tn.TILE[0] = None
-    rs, rc, rt, rvals = _ref(x, "te_nvfp4", 0, None, 3)
+    rs, rc, rt, rvals = _ref(x, "te_nvfp4", 0, None, 3, words)
     cs, cc, ct, cvals = _ref(np.ascontiguousarray(x.T), "te_nvfp4", 16,
-                             _host_signs(("mask", 0xA5F0), 16), 4)
+                             _host_signs(("mask", 0xA5F0), 16), 4, words)
     assert np.array_equal(q[1].cpu().numpy(), rc) and np.array_equal(q[0].cpu().numpy(), rs)
     assert np.array_equal(q[3].cpu().numpy().T, cc) and np.array_equal(q[2].cpu().numpy().T, cs)
     assert _same(rv.cpu(), rvals) and _same(cv.cpu(), np.ascontiguousarray(cvals.T))
-
-
-@pytest.mark.parametrize("tile", [None, (16, 128, 4), (16, 64, 1)])
-def test_four_word_stream_matches_mxref(tn, dev, tile):
-    """sr_words=4 (word i mod 4 of counter i div 4, per operand) on the launcher's tile and
-    the GPU tiles (the te columns blocked in place), the RHT16 columns included; the one-word
-    stream gives other codes (the check can fail)."""
-    rng = np.random.default_rng(19)
-    x = _edge(96, rng)
-    tn.TILE[0] = tile
-    try:
-        rv, cv, q, ts = tn.qdq(torch.from_numpy(x).to(dev), "te_nvfp4", rows=True, cols=True,
-                               with_codes=True, rot_n=16, row_rot=False,
-                               col_signs=("mask", 0xA5F0), row_sr=3, col_sr=4, sr_words=4,
-                               out_dtype=torch.float32)
-    finally:
-        tn.TILE[0] = None
-    rs, rc, rt, rvals = _ref(x, "te_nvfp4", 0, None, 3, 4)
-    cs, cc, ct, cvals = _ref(np.ascontiguousarray(x.T), "te_nvfp4", 16,
-                             _host_signs(("mask", 0xA5F0), 16), 4, 4)
-    assert np.array_equal(q[1].cpu().numpy(), rc) and np.array_equal(q[0].cpu().numpy(), rs)
-    assert np.array_equal(q[3].cpu().numpy().T, cc) and np.array_equal(q[2].cpu().numpy().T, cs)
-    assert _same(rv.cpu(), rvals) and _same(cv.cpu(), np.ascontiguousarray(cvals.T))
-    _, rc1, _, _ = _ref(x, "te_nvfp4", 0, None, 3, 1)
-    assert not np.array_equal(rc1, rc)
+    _, other, _, _ = _ref(x, "te_nvfp4", 0, None, 3, 5 - words)
+    assert not np.array_equal(other, rc)
 
 
 @pytest.mark.parametrize("where", ["last", "middle"])
