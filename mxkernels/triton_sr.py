@@ -121,6 +121,19 @@ def _u32(v):
 
 
 @triton.jit
+def _join4(w0, w1, w2, w3):
+    """The four Philox words as one tensor with two trailing dimensions of 2 whose flattened
+    order is w0, w1, w2, w3 (reshape it to put each element's four words side by side)."""
+    return tl.join(tl.join(w0, w2), tl.join(w1, w3))
+
+
+@triton.jit
+def _pick4(w0, w1, w2, w3, j):
+    """Word j (0..3, a tensor) of the four Philox words."""
+    return tl.where(j == 0, w0, tl.where(j == 1, w1, tl.where(j == 2, w2, w3)))
+
+
+@triton.jit
 def _stream_word(i, offset, seed_lo, seed_hi, RB_MODE: tl.constexpr):
     """The SR word of element i (uint32) of a seeded stream: RB_MODE 1, word 0 of counter
     (offset + i) mod 2^32; RB_MODE 2, word i mod 4 of counter (offset + i div 4) mod 2^32
@@ -129,8 +142,7 @@ def _stream_word(i, offset, seed_lo, seed_hi, RB_MODE: tl.constexpr):
         w = _philox_word0(i + _u32(offset), _u32(seed_lo), _u32(seed_hi))
     else:
         w0, w1, w2, w3 = _philox4x((i >> 2) + _u32(offset), _u32(seed_lo), _u32(seed_hi))
-        j = i & 3
-        w = tl.where(j == 0, w0, tl.where(j == 1, w1, tl.where(j == 2, w2, w3)))
+        w = _pick4(w0, w1, w2, w3, i & 3)
     return w
 
 
@@ -146,7 +158,7 @@ def _stream_words_grouped(g, r, n_cols, n_blk, offset, seed_lo, seed_hi, BLOCK: 
     gi = (base >> 2)[:, None] + tl.arange(0, BLOCK // 4)[None, :]
     w0, w1, w2, w3 = _philox4x(gi.to(tl.uint32, bitcast=True) + _u32(offset), _u32(seed_lo),
                                _u32(seed_hi))
-    return tl.reshape(tl.join(tl.join(w0, w2), tl.join(w1, w3)), (BLOCK_ROWS, BLOCK))
+    return tl.reshape(_join4(w0, w1, w2, w3), (BLOCK_ROWS, BLOCK))
 
 
 @triton.jit

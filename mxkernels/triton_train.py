@@ -30,7 +30,7 @@ from mxkernels.triton_fast import (INTERPRETED, _OUT, _SRC, _check_local_offsets
                                    _prep, _qdq_tile, _qdq_write, _tiles, launch_cached,
                                    qdq_buffers, qdq_constexprs)
 from mxkernels.triton_rotate import _fwht
-from mxkernels.triton_sr import _philox4, _philox4x, _u32
+from mxkernels.triton_sr import _join4, _philox4, _philox4x, _pick4, _u32
 from mxref.rotate import inv_sqrt_n_bits
 
 __all__ = ["qdq", "qdq_fp4_stored", "launch_args", "ROT_SIZES", "SIGN_MODES", "train_constexprs",
@@ -107,7 +107,7 @@ def _rotate_axis(b, AXIS: tl.constexpr, BR: tl.constexpr, BC: tl.constexpr, N: t
 @triton.jit
 def _sr_words(rows, cols, r0, c0, n_rows, n_cols, k0, k1, AXIS: tl.constexpr,
               BR: tl.constexpr, BC: tl.constexpr, SR: tl.constexpr):
-    """uint32 [BR, BC]: the SR words of one orientation of the tile (see SR_STREAMS). Element
+    """uint32 [BR, BC]: the SR words of one orientation of the tile. Element
     (r, c) of x is word i = r * C + c of the operand x (AXIS 1) or i = c * R + r of x^T (AXIS
     0). SR 1: word 0 of counter i; SR 4: word i mod 4 of counter i div 4, one Philox
     evaluation per four elements (the orientation's axis a multiple of 4: each group of four
@@ -122,17 +122,16 @@ def _sr_words(rows, cols, r0, c0, n_rows, n_cols, k0, k1, AXIS: tl.constexpr,
         if AXIS == 1:   # groups of four along each row: counters [BR, BC / 4]
             g = rows[:, None] * (n_cols // 4) + (c0 // 4 + tl.arange(0, BC // 4))[None, :]
             w0, w1, w2, w3 = _philox4x(g.to(tl.uint32, bitcast=True), k0, k1)
-            rb = tl.reshape(tl.join(tl.join(w0, w2), tl.join(w1, w3)), (BR, BC))
+            rb = tl.reshape(_join4(w0, w1, w2, w3), (BR, BC))
         else:           # groups of four down each column: counters [BR / 4, BC]
             g = cols[None, :] * (n_rows // 4) + (r0 // 4 + tl.arange(0, BR // 4))[:, None]
             w0, w1, w2, w3 = _philox4x(g.to(tl.uint32, bitcast=True), k0, k1)
-            j = tl.reshape(tl.join(tl.join(w0, w2), tl.join(w1, w3)), (BR // 4, BC, 4))
+            j = tl.reshape(_join4(w0, w1, w2, w3), (BR // 4, BC, 4))
             rb = tl.reshape(tl.permute(j, (0, 2, 1)), (BR, BC))
     else:
         u = idx.to(tl.uint32, bitcast=True)
         w0, w1, w2, w3 = _philox4x(u >> 2, k0, k1)
-        k = u & 3
-        rb = tl.where(k == 0, w0, tl.where(k == 1, w1, tl.where(k == 2, w2, w3)))
+        rb = _pick4(w0, w1, w2, w3, u & 3)
     return rb
 
 
