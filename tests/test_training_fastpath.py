@@ -688,3 +688,27 @@ def test_quartet_rotates_dx_and_dw_back_to_bf16_in_one_pass(monkeypatch):
     assert seen == [torch.bfloat16, None]           # dx in one pass, dW in fp32
     for a, b in zip(got["one"], got["two"]):
         assert a.dtype == b.dtype and torch.equal(a, b)
+
+
+def test_orientations_with_different_sr_streams_take_separate_launches(monkeypatch):
+    """dy's rows (dgrad, four words) and columns (wgrad, one word) draw different streams:
+    one launch each, and the in-run checks (mxref with each operand's stream) pass."""
+    import dataclasses
+    from mxkernels.training.recipes import get_recipe
+    r = get_recipe("mxfp4-fdw-sr")
+    r = r.replace(name="sr-mixed", wgrad=dataclasses.replace(
+        r.wgrad, a=dataclasses.replace(r.wgrad.a, sr_words=1)))
+    tt = M.Q.triton_module("triton_train", torch.device("cpu"))
+    real = tt.qdq
+    words = []
+
+    def counting(t, *a, **kw):
+        if kw.get("row_sr") or kw.get("col_sr"):
+            words.append((bool(kw.get("row_sr")), bool(kw.get("col_sr")), kw["sr_words"]))
+        return real(t, *a, **kw)
+
+    monkeypatch.setattr(tt, "qdq", counting)
+    m = _pair(r)
+    recs = _captured_checks(m, autocast=False, T=64)
+    assert sorted(words) == [(False, True, 1), (True, False, 4)]
+    assert recs and all(r.ok for r in recs), [r for r in recs if not r.ok]

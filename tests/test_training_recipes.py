@@ -122,3 +122,21 @@ def test_swap_linears_keeps_last_blocks_bf16():
     names = swap_linears(m, r, backend="torch")
     assert {n.split(".")[1] for n in names} == {"1", "2"}
     assert get_recipe("nvfp4-te").bf16_last == 1
+
+
+def test_sr_words_is_validated_and_left_out_of_the_identity_at_1():
+    """OperandSpec.sr_words: 1 or 4, and only with rounding='sr'; to_dict leaves out 1 (old
+    run identities) and keeps 4; the named SR recipes use 4, their -w1 variants 1."""
+    from mxkernels.training.errors import RecipeError
+    from mxkernels.training.recipes import VARIANTS, OperandSpec, get_recipe
+    with pytest.raises(RecipeError, match="sr_words=2"):
+        OperandSpec("mxfp4", rounding="sr", sr_words=2).validate("x")
+    with pytest.raises(RecipeError, match="sr_words=True"):
+        OperandSpec("mxfp4", rounding="sr", sr_words=True).validate("x")
+    with pytest.raises(RecipeError, match="needs rounding='sr'"):
+        OperandSpec("mxfp4", sr_words=4).validate("x")
+    sr = get_recipe("mxfp4-fdw-sr").to_dict()
+    assert sr["dgrad"]["a"]["sr_words"] == 4 and "sr_words" not in sr["fprop"]["a"]
+    w1 = VARIANTS["mxfp4-fdw-sr-w1"]
+    assert w1.dgrad.a.sr_words == 1 and "sr_words" not in w1.to_dict()["dgrad"]["a"]
+    assert get_recipe("nvfp4-te").wgrad.a.label() == "nvfp4/te_nvfp4/sr4"
