@@ -29,7 +29,7 @@ from mxref.errors import BackendUnavailable
 # the private copies, see _private_copy). A module that is not installed is left out.
 KERNEL_MODULES = ("mxkernels.triton_common", "mxkernels.triton_quant", "mxkernels.triton_fast",
                   "mxkernels.triton_sr", "mxkernels.triton_rotate", "mxkernels.triton_train",
-                  "mxkernels.triton_train_nvfp4",
+                  "mxkernels.triton_train_nvfp4", "mxkernels.triton_corrections",
                   "mxkernels.triton_convert",
                   "mxkernels.triton_gemm")
 _TRUE = ("1", "true", "on", "yes")

@@ -22,6 +22,7 @@ index, operand index)).
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import fnmatch
 import functools
@@ -251,10 +252,20 @@ def run_gemm(ctx: _Ctx, gemm: str, a: torch.Tensor, b: torch.Tensor,
         va = ta if qa is None else qa.values
         vb = tb if qb is None else qb.values
         exact16 = (qa is None or qa.bf16_exact) and (qb is None or qb.bf16_exact)
-        if va.device.type == "cuda" and exact16 and (qa is not None or ta.dtype == torch.bfloat16
-                                                      ) and (qb is not None or
-                                                             tb.dtype == torch.bfloat16):
+        narrow_a = qa is not None or ta.dtype == torch.bfloat16      # bf16 / TF32 values
+        narrow_b = qb is not None or tb.dtype == torch.bfloat16
+        cuda = va.device.type == "cuda"
+        if cuda and exact16 and narrow_a and narrow_b:
             out = _mm_bf16_f32(va, vb.t())
+        elif cuda and _FAST_GEMMS[0] and narrow_a and narrow_b and \
+                (qa is None or qa.tf32_exact) and (qb is None or qb.tf32_exact):
+            out = _mm_tf32(va, vb.t())
+        elif cuda and _FAST_GEMMS[0] and _bf16_side(qa, ta) and qb is None and \
+                tb.dtype == torch.float32:
+            out = _mm_split3(va, vb, 1)
+        elif cuda and _FAST_GEMMS[0] and _bf16_side(qb, tb) and qa is None and \
+                ta.dtype == torch.float32:
+            out = _mm_split3(va, vb, 0)
         else:
             # fp32 accumulation is the contract the in-run check holds the output to: autocast
             # (CPU bf16 runs) would round every product sum to bf16, so it is off here; products
@@ -296,6 +307,91 @@ def _mm_bf16_f32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
             _BF16_MM[0] = False
     with torch.autocast(device_type=a.device.type, enabled=False):
         return torch.mm(a.to(torch.float32), b.to(torch.float32))
+
+
+_FAST_GEMMS = [True]     # tests switch the TF32 and split-bf16 GEMMs off to compare
+
+
+def _bf16_side(q, t) -> bool:
+    """An operand whose values are all exact in bf16: quantized bf16-exact, or a bf16 tensor."""
+    return (q is not None and q.bf16_exact) or (q is None and t.dtype == torch.bfloat16)
+
+
+@contextlib.contextmanager
+def _tf32_on():
+    """TF32 tensor-core math for fp32 matmuls inside, restored after (the new fp32_precision
+    switch where torch has it: setting the legacy allow_tf32 after it raises)."""
+    m = torch.backends.cuda.matmul
+    if hasattr(m, "fp32_precision"):
+        old = m.fp32_precision
+        m.fp32_precision = "tf32"
+        try:
+            yield
+        finally:
+            m.fp32_precision = old
+    else:  # pragma: no cover - torch < 2.9
+        old = m.allow_tf32
+        m.allow_tf32 = True
+        try:
+            yield
+        finally:
+            m.allow_tf32 = old
+
+
+def _mm_tf32(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """a @ b in fp32 on TF32 tensor cores, for operands whose every value has at most 11
+    significant bits (QOperand.tf32_exact: TF32 reads them unchanged, their products are exact
+    in fp32, the sums accumulate in fp32 as the bf16 GEMMs' do): the fp32 matmul's contract at
+    the tensor cores' speed instead of the fp32 pipes' (decomp-fixed: values e2m1 x 2^k x S_M
+    of 10 bits)."""
+    with torch.autocast(device_type=a.device.type, enabled=False), _tf32_on():
+        return torch.matmul(a.to(torch.float32), b.to(torch.float32))
+
+
+def _split_bf16(v: torch.Tensor):
+    """(v1, v2, v3) bf16 with v = v1 + v2 + v3 exactly for fp32 v: the top 8 significant bits
+    (truncated: never rounded up to Inf), the next 8 of the exact remainder, the rest (at most
+    8 bits; exact while it stays above bf16's smallest subnormal 2^-133, |v| above ~2^-110).
+    A NaN or Inf stays in v1 (v2 = v3 = 0). One Triton pass (triton_corrections.split3_bf16)."""
+    v = v.to(torch.float32).contiguous()
+    return Q.triton_module("triton_corrections", v.device).split3_bf16(v)
+
+
+_ADDMM_DTYPE = [True]
+
+
+def _mm_acc(y: torch.Tensor | None, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """y + a @ b for bf16 a, b with fp32 accumulation and output (y None: a @ b): cuBLAS adds
+    y in its fp32 epilogue (one rounding, as a separate add) where torch has addmm(out_dtype=)."""
+    if y is None:
+        return torch.mm(a, b, out_dtype=torch.float32)
+    if _ADDMM_DTYPE[0]:
+        try:
+            return torch.addmm(y, a, b, out_dtype=torch.float32)
+        except (RuntimeError, TypeError, NotImplementedError):
+            _ADDMM_DTYPE[0] = False
+    return y + torch.mm(a, b, out_dtype=torch.float32)
+
+
+def _mm_split3(va: torch.Tensor, vb: torch.Tensor, split: int) -> torch.Tensor:
+    """va @ vb.t() for one bf16-exact operand and one fp32 operand (``split``: 0 for va, 1 for
+    vb): the fp32 operand in three bf16 pieces (:func:`_split_bf16`), three bf16 GEMMs with
+    fp32 accumulation, the smallest piece first, each added in the next GEMM's epilogue.
+    Every product is exact (8 x 8 bits) and sums in fp32: the fp32 matmul's contract (whose
+    products round) on tensor cores (ms-fp4's backward GEMMs against the forward's
+    vector-scaled copies). CUDA only (bf16 mm with fp32 output)."""
+    with torch.autocast(device_type=va.device.type, enabled=False):
+        if split == 1:
+            a16 = va.to(torch.bfloat16)
+            ps = _split_bf16(vb)
+            pairs = [(a16, p.t()) for p in reversed(ps)]
+        else:
+            b16 = vb.t().to(torch.bfloat16)
+            pairs = [(p, b16) for p in reversed(_split_bf16(va))]
+        y = None
+        for a, b in pairs:
+            y = _mm_acc(y, a, b)
+        return y
 
 
 def _dge_factor(w_scaled: torch.Tensor, k: float) -> torch.Tensor:

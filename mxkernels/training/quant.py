@@ -241,6 +241,7 @@ class QOperand:
     row_scale: torch.Tensor | None = None         # fp32 [R] (vector-wise)
     extra: dict = field(default_factory=dict)
     bf16_exact: bool = True                       # values exactly representable in bf16
+    tf32_exact: bool = True                       # ... in TF32 (11 significant bits)
 
     def full(self) -> torch.Tensor:
         """The dequantized operand (fp32)."""
@@ -254,6 +255,23 @@ class QOperand:
 
 def bf16_exact(spec: OperandSpec) -> bool:
     return spec.fmt is not None and spec.macro is None and spec.scaling == "block"
+
+
+def tf32_exact(spec: OperandSpec) -> bool:
+    """Whether every value of the quantized operand has at most 11 significant bits, so a
+    TF32 tensor-core GEMM reads it unchanged: the bf16-exact operands, and macro-block scaling
+    whose S_M (p bits) times an element significand (mantissa bits + 1) fits, e.g. MXFP4 with
+    bf16 S_M: 2 + 8 = 10 bits (an outlier passed through is bf16: 8 bits). A product of a-bit
+    and b-bit integers has at most a + b bits; rounding (an fp32 subnormal) only drops bits."""
+    if bf16_exact(spec):
+        return True
+    if spec.fmt is None or spec.scaling != "block" or spec.macro is None:
+        return False
+    from mxkernels.torch_fast import MACRO_P
+    f = get_format(spec.fmt)
+    if f.is_nvfp4:
+        return False
+    return f.element.mbits + 1 + MACRO_P[spec.macro_scale_dtype] <= 11
 
 
 def _profile(spec: OperandSpec):
@@ -318,6 +336,14 @@ def _mx_block(t, spec, backend, sr_seed, fmt=None, prof=None):
     # an SR operand's profile is "<base>+sr" (see _profile): the Triton SR op takes the base
     # profile and draws its words in-kernel; testing prof.name here sent every MX SR operand to
     # the host-side words + torch emulation below (70x bf16 on llama-30m)
+    if backend == "triton" and not sr and t.ndim == 2 and t.dtype == torch.float32 and \
+            t.is_contiguous() and t.shape[1] % 32 == 0 and \
+            triton_module("triton_fast", t.device).supports(fmt, prof.name, "float32"):
+        # one launch: values, scales and codes from one read (triton_fast.quantize_dequantize,
+        # bit-exact with mxref as quantize_mx + dequantize_mx, the two launches it replaces)
+        v, _, q = triton_module("triton_fast", t.device).quantize_dequantize(
+            t, fmt, prof.name, rows=True, out_dtype=torch.float32, with_codes=True)
+        return q[0], q[1], v, None
     if backend == "triton" and (spec.profile if sr else prof.name) in _TRITON_PROFILES:
         if sr:
             s, c = torch.ops.mxkernels.quantize_sr(t.contiguous(), fmt, spec.profile, -1,
@@ -376,6 +402,25 @@ def quantize_rotated_operand(t: torch.Tensor, spec: OperandSpec, n: int, signs) 
         return QOperand(v, s, c, ts.reshape(()).to(torch.float32), None, {}, bf16_exact(spec))
 
 
+def _vector_triton(t: torch.Tensor, spec: OperandSpec) -> QOperand:
+    """The vector-wise operand (ms-fp4) on the triton backend, bit for bit the torch chain of
+    :func:`_quantize_operand`: the OCC bounds by radix select (triton_corrections.occ_bounds,
+    no host synchronization), then clamp + residual + vector-wise E2M1 in one launch
+    (vector_qdq); ``extra["scaled"]`` (y = x / s) only where DGE reads it (dge_k)."""
+    tcm = triton_module("triton_corrections", t.device)
+    extra: dict = {}
+    bounds = None
+    if spec.clamp_quantile is not None:
+        lo, hi = tcm.occ_bounds(t, spec.clamp_quantile)
+        bounds = torch.stack([lo, hi])
+    codes, v, s, y, res = tcm.vector_qdq(t, bounds, write_y=spec.dge_k is not None)
+    if bounds is not None:
+        extra.update(occ_lo=lo, occ_hi=hi, occ_residual=res)
+    if y is not None:
+        extra["scaled"] = y
+    return QOperand(v, None, codes, None, s, extra, True)
+
+
 def quantize_operand(t: torch.Tensor, spec: OperandSpec, backend: str, *, sr_seed: int | None = 0
                      ) -> QOperand:
     """Quantize the fp32 operand t [R, C] along its last axis per ``spec``."""
@@ -385,6 +430,10 @@ def quantize_operand(t: torch.Tensor, spec: OperandSpec, backend: str, *, sr_see
 
 def _quantize_operand(t, spec, backend, sr_seed):
     extra: dict = {}
+    if backend == "triton" and spec.scaling == "vector" and t.ndim == 2 and t.numel() and \
+            t.dtype == torch.float32 and t.is_contiguous() and \
+            t.shape[1] <= triton_module("triton_corrections", t.device).VECTOR_MAX_COLS:
+        return _vector_triton(t, spec)
     if spec.clamp_quantile is not None:
         lo, hi = _occ_bounds(t, spec.clamp_quantile)
         tc = torch.clamp(t, lo, hi)
@@ -395,6 +444,17 @@ def _quantize_operand(t, spec, backend, sr_seed):
         extra["scaled"] = y
         return QOperand(v, None, codes, None, s, extra, True)
     f = get_format(spec.fmt)
+    if backend == "triton" and (spec.outlier is not None or spec.macro is not None) and \
+            t.ndim == 2 and t.dtype == torch.float32 and t.is_contiguous() and \
+            triton_module("triton_corrections", t.device).decomp_supports(spec, t.shape[1]):
+        # outlier fallback + macro-block scaling + MX quantize-dequantize in one launch,
+        # bit for bit the chain below
+        s, c, v, pt, sm = triton_module("triton_corrections", t.device).decomp_qdq(t, spec)
+        if pt is not None:
+            extra["passthrough"] = pt
+        if sm is not None:
+            extra.update(macro_scales=sm, macro=spec.macro)
+        return QOperand(v, s, c, None, None, extra, bf16_exact(spec), tf32_exact(spec))
     pt = None
     if spec.outlier is not None:
         pt = _outlier_mask(t, f.block_size, spec.outlier, spec.outlier_tau, spec.outlier_k)
@@ -423,4 +483,4 @@ def _quantize_operand(t, spec, backend, sr_seed):
         s, c, v, ts = _mx_block(t, spec, backend, sr_seed)
     if pt is not None:
         v = torch.where(pt, kept, v)
-    return QOperand(v, s, c, ts, None, extra, bf16_exact(spec))
+    return QOperand(v, s, c, ts, None, extra, bf16_exact(spec), tf32_exact(spec))

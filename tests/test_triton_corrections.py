@@ -1,0 +1,464 @@
+"""mxkernels/triton_corrections.py: the decomp-fixed operand in one launch and the OCC clamp
+bounds by radix select, held to mxref.
+
+Expected values come from mxref.corrections (quantize_outlier_fallback, quantize_macroblock,
+bf16_rne_bits: Numba, integer domain) and numpy's sort, never from mxkernels. The inputs are the
+edge blocks of test_training_corrections_fast (ratios exactly at tau and one ulp either side,
+tied maxima, NaN / Inf / zero / subnormal blocks, amax = 2^k - 1 ulp, the fp32 maximum) and,
+for the order statistics, ties, NaN of both signs, +-0 and +-Inf. CPU: the interpreter; on a GPU
+the compiled kernels too.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from test_training_corrections_fast import _macro_rows, _np_bounds, _outlier_rows
+
+import mxref
+from mxkernels.loader import load_kernels
+from mxkernels.training.recipes import RECIPES
+from mxref import corrections as C
+
+SRC = Path(__file__).resolve().parents[1] / "mxkernels" / "triton_corrections.py"
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+DEC = RECIPES["decomp-fixed"].fprop.a          # mxfp4 ocp, topk k=1 tau 10, macro 128 bf16
+
+
+@pytest.fixture(scope="module", params=DEVICES)
+def tc(request):
+    return load_kernels(request.param == "cpu").modules["triton_corrections"], request.param
+
+
+def _expected(x: np.ndarray, spec):
+    """mxref's operand (the in-run validation's recipe, validate._expected_operand)."""
+    prof = mxref.get_profile(spec.profile)
+    pt = None
+    rest = x
+    if spec.outlier is not None:
+        pt = C.quantize_outlier_fallback(x, spec.fmt, prof, rule=spec.outlier,
+                                         tau=float(spec.outlier_tau), rho=None,
+                                         k=int(spec.outlier_k), axis=-1).passthrough
+        rest = np.where(pt, np.float32(0), x).astype(np.float32)
+    sm = None
+    if spec.macro is not None:
+        mb = C.quantize_macroblock(rest, spec.fmt, prof, macro=spec.macro, axis=-1,
+                                   macro_scale_dtype=spec.macro_scale_dtype)
+        s, c, sm, vals = mb.scales, mb.codes, np.asarray(mb.macro_scales, np.float32), \
+            mb.dequantize()
+    else:
+        mx = mxref.quantize(rest, spec.fmt, prof, axis=-1)
+        s, c, vals = mx.scales, mx.codes, mxref.dequantize(mx)
+    vals = np.asarray(vals, np.float32)
+    if pt is not None:
+        kept = C.bf16_rne_bits(x.view(np.uint32))
+        vals = np.where(pt, (kept.astype(np.uint32) << np.uint32(16)).view(np.float32), vals)
+    return s, c, vals, pt, sm
+
+
+def _edge_operand(block_rows: int = 3) -> np.ndarray:
+    """Rows of _outlier_rows (tau 10) and of _macro_rows, cut to a multiple of 128 columns,
+    stacked with their negatives and reversals (every edge block at several offsets)."""
+    o = _outlier_rows(32, 10.0)                  # [1, 14 * 32]
+    o = np.concatenate([o, o[:, ::-1], -o], axis=0)[:, :384]
+    m = _macro_rows()[:, :256]
+    m = np.concatenate([m, m[:, ::-1]], axis=1)[:, :384]
+    g = np.random.default_rng(5)
+    noise = (g.standard_normal((block_rows, 384)) *
+             np.exp2(g.integers(-8, 8, (block_rows, 1)))).astype(np.float32)
+    noise[0, 100] = np.float32(2000.0)           # one outlier in a normal block
+    # x / S_M exactly on an E2M1 tie: amax 6 S gives S_M = S = 223 / 128 (6 S / 3 = 2 S), and
+    # x = 2.5 S divides to 2.5 (the tie of 2 and 3 at block scale 2^0); a multiply by
+    # fl(1 / S) misses it
+    S = np.float32(223 / 128)
+    tie = np.full((1, 384), 1.25, np.float32)      # no block flagged: 10 x 1.25 > 6 S
+    tie[0, ::128] = np.float32(6) * S
+    tie[0, 1::128] = np.float32(2.5) * S
+    tie[0, 2::128] = -np.float32(2.5) * S
+    return np.ascontiguousarray(np.concatenate([o, m, noise, tie], axis=0).astype(np.float32))
+
+
+def _check(got, want):
+    s, c, v, pt, sm = got
+    ws, wc, wv, wpt, wsm = want
+    np.testing.assert_array_equal(s.cpu().numpy(), ws)
+    np.testing.assert_array_equal(c.cpu().numpy(), wc)
+    gv = v.cpu().numpy()
+    nan = np.isnan(wv)
+    np.testing.assert_array_equal(np.isnan(gv), nan)
+    # bits, but +-0 alike: mxref's macro-block dequantize gives +0 where a code is -0
+    gb, wb = gv[~nan].view(np.uint32), wv[~nan].view(np.uint32)
+    zero = (gb & 0x7FFFFFFF) == 0
+    np.testing.assert_array_equal(np.where(zero, 0, gb), np.where(zero, 0, wb))
+    if wpt is None:
+        assert pt is None
+    else:
+        np.testing.assert_array_equal(pt.cpu().numpy(), wpt)
+    if wsm is None:
+        assert sm is None
+    else:
+        np.testing.assert_array_equal(sm.cpu().numpy().view(np.uint32), wsm.view(np.uint32))
+
+
+SPECS = {
+    "decomp-fixed": DEC,
+    "outlier-only": dataclasses.replace(DEC, macro=None),
+    "macro-only": dataclasses.replace(DEC, outlier=None),
+    "block-rule": dataclasses.replace(DEC, outlier="block"),
+    "tau-third": dataclasses.replace(DEC, outlier_tau=1.0 / 3.0),
+    "macro64-f32": dataclasses.replace(DEC, macro=64, macro_scale_dtype="float32"),
+    "macro256-e4m3": dataclasses.replace(DEC, macro=256, macro_scale_dtype="e4m3"),
+    "mxfp8": dataclasses.replace(DEC, fmt="mxfp8_e4m3"),
+    "mxfp6": dataclasses.replace(DEC, fmt="mxfp6_e2m3", macro=32),
+}
+
+
+@pytest.mark.parametrize("name", list(SPECS))
+def test_decomp_qdq_equals_mxref(tc, name):
+    mod, dev = tc
+    spec = SPECS[name]
+    x = _edge_operand()
+    if spec.macro == 256:
+        x = np.concatenate([x, x[:, :128]], axis=1)        # 512 columns
+    x = np.ascontiguousarray(x)
+    want = _expected(x, spec)
+    if spec.outlier is not None:
+        assert want[3].any() and not want[3].all()      # both answers reached
+    got = mod.decomp_qdq(torch.from_numpy(x.copy()).to(dev), spec)
+    _check(got, want)
+
+
+def test_decomp_qdq_rows_beyond_a_tile_and_empty(tc):
+    """Row counts that are not a multiple of the tile's (masked rows), one row, none."""
+    mod, dev = tc
+    x = _edge_operand()
+    for rows in (x.shape[0], 1, 33):
+        xr = np.ascontiguousarray(np.resize(x, (rows, x.shape[1])).astype(np.float32))
+        _check(mod.decomp_qdq(torch.from_numpy(xr).to(dev), DEC), _expected(xr, DEC))
+    s, c, v, pt, sm = mod.decomp_qdq(torch.zeros((0, 256), device=dev), DEC)
+    assert v.shape == (0, 256) and s.shape == (0, 8) and sm.shape == (0, 2)
+
+
+def test_decomp_supports_and_rejects():
+    from mxkernels.triton_common import KernelUnsupported
+    from mxkernels.triton_corrections import decomp_qdq, decomp_supports
+    assert decomp_supports(DEC, 768)
+    assert not decomp_supports(DEC, 96)                  # not a multiple of the macro size
+    assert not decomp_supports(dataclasses.replace(DEC, outlier_k=2))
+    assert not decomp_supports(dataclasses.replace(DEC, macro="row"))
+    assert not decomp_supports(dataclasses.replace(DEC, rounding="sr"))
+    assert not decomp_supports(dataclasses.replace(DEC, outlier=None, macro=None))
+    assert not decomp_supports(dataclasses.replace(DEC, fmt="nvfp4", profile="te_nvfp4"))
+    with pytest.raises(KernelUnsupported, match="float32"):
+        decomp_qdq(torch.zeros((2, 128), dtype=torch.bfloat16), DEC)
+    with pytest.raises(KernelUnsupported, match="96 columns"):
+        decomp_qdq(torch.zeros((2, 96)), DEC)
+
+
+def _occ_case(case: str) -> np.ndarray:
+    g = np.random.default_rng(7)
+    x = g.standard_normal((37, 53)).astype(np.float32)
+    if case == "ties":
+        x = np.round(x * 2).astype(np.float32)
+    elif case == "nan_few":
+        x.reshape(-1)[g.permutation(x.size)[:3]] = np.nan
+    elif case == "nan_many":
+        x.reshape(-1)[g.permutation(x.size)[: x.size // 2 + 40]] = np.nan
+    elif case == "nan_negative":           # NaN with the sign bit set sorts last too
+        x.reshape(-1)[:20] = -np.float32(np.nan)
+    elif case == "tiny":
+        x = x[:1, :3]
+    elif case == "one":
+        x = x[:1, :1]
+    elif case == "inf":
+        x.reshape(-1)[:30] = np.inf
+        x.reshape(-1)[30:60] = -np.inf
+    elif case == "zeros":                  # +-0 at the order statistics
+        x = np.where(np.abs(x) < 2.2, np.float32(0.0), x).astype(np.float32)
+        x.reshape(-1)[::3] = -np.float32(0.0)
+    elif case == "subnormal":
+        x = (x * np.float32(1e-42)).astype(np.float32)
+    elif case == "large":                  # several programs, each over several blocks
+        x = np.round(g.standard_normal((211, 203)) * 64).astype(np.float32)
+    elif case == "same_digit":             # keys sharing their top bytes: the deeper passes decide
+        x = np.float32(1.0) + np.arange(x.size, dtype=np.float32).reshape(x.shape) * \
+            np.float32(2.0 ** -23)
+        x = g.permutation(x.reshape(-1)).reshape(37, 53).astype(np.float32)
+    return np.ascontiguousarray(x)
+
+
+@pytest.mark.parametrize("case", ["normal", "ties", "nan_few", "nan_many", "nan_negative", "tiny",
+                                  "one", "inf", "zeros", "subnormal", "same_digit",
+                                  "large"])
+@pytest.mark.parametrize("q", [0.99, 0.999, 0.51, 1.0])
+@pytest.mark.parametrize("db", [4, 8])
+def test_occ_bounds_are_the_sorted_order_statistics(tc, case, q, db):
+    mod, dev = tc
+    x = _occ_case(case)
+    old = mod.DIGIT_BITS[0]
+    mod.DIGIT_BITS[0] = db
+    try:
+        lo, hi = mod.occ_bounds(torch.from_numpy(x.copy()).to(dev), q)
+    finally:
+        mod.DIGIT_BITS[0] = old
+    wlo, whi = _np_bounds(x, q)
+    for got, want in ((lo, wlo), (hi, whi)):
+        g = np.float32(got.item())
+        if np.isnan(want):
+            assert np.isnan(g)
+        else:
+            assert g == want          # +-0 compare equal, as numpy's sort leaves their order
+
+
+def _vector_rows() -> np.ndarray:
+    """Rows for vector-wise E2M1: amax 6 (s = 1) with every E2M1 tie and one ulp either side,
+    -0; a zero row; a NaN row; an Inf row; a subnormal row; amax / 6 inexact (|y| just above
+    6 saturates); random rows over 2^-40..2^40."""
+    ties = []
+    for t in (0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0):
+        f = np.float32(t)
+        ties += [f, np.nextafter(f, np.float32(0)), np.nextafter(f, np.float32(9))]
+    c = 200
+    g = np.random.default_rng(9)
+    rows = []
+    r = np.zeros(c, np.float32)
+    r[: len(ties)] = ties
+    r[len(ties): 2 * len(ties)] = -np.array(ties, np.float32)
+    r[-1], r[-2] = 6.0, -0.0
+    rows.append(r)
+    rows.append(np.zeros(c, np.float32))
+    r = g.standard_normal(c).astype(np.float32)
+    r[5] = np.nan
+    rows.append(r)
+    r = g.standard_normal(c).astype(np.float32)
+    r[9] = -np.inf
+    rows.append(r)
+    rows.append((g.standard_normal(c) * 1e-41).astype(np.float32))
+    r = g.standard_normal(c).astype(np.float32)
+    r[0] = np.float32(7.0)                      # 7 / fl(7 / 6) is a hair off 6
+    rows.append(r)
+    rows += list((g.standard_normal((6, c)) * np.exp2(g.integers(-40, 40, (6, 1))))
+                 .astype(np.float32))
+    return np.ascontiguousarray(np.stack(rows).astype(np.float32))
+
+
+def _vector_expected(x: np.ndarray):
+    """mxref's vector-wise E2M1 (validate._expected_operand's oracle: fl32(amax / 6), then
+    the element conversion at scale 2^0 by mxref.quantize on a block of two with 4.0)."""
+    amax = np.abs(x).max(axis=1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        s = np.where(amax > 0, amax / np.float32(6), np.float32(1)).astype(np.float32)
+        y = (x / s[:, None]).astype(np.float32)
+    fin = np.isfinite(y)
+    pair = np.stack([np.where(fin, y, 0), np.full_like(y, 4.0)], axis=-1)
+    mx = mxref.quantize(pair, "mxfp4", "ocp", axis=-1, block_size=2)
+    assert (mx.scales == 127).all()
+    codes = mx.codes[..., 0]
+    vals = mxref.dequantize(mx)[..., 0].astype(np.float32)
+    # NaN y: code 0, value 0 (torch_emu.convert's answer, what the training path writes); an
+    # infinite y saturates
+    codes = np.where(np.isnan(y), 0, np.where(np.isinf(y), np.where(y < 0, 15, 7), codes))
+    vals = np.where(np.isnan(y), 0, np.where(np.isinf(y), np.sign(y) * 6, vals))
+    return codes.astype(np.uint8), vals.astype(np.float32), s, y
+
+
+@pytest.mark.parametrize("occ", [False, True])
+def test_vector_qdq_equals_mxref(tc, occ):
+    mod, dev = tc
+    x = _vector_rows()
+    xt = torch.from_numpy(x.copy()).to(dev)
+    bounds = None
+    want_x = x
+    if occ:
+        lo, hi = np.float32(-0.5), np.float32(1.5)
+        bounds = torch.tensor([lo, hi], device=dev)
+        with np.errstate(invalid="ignore"):
+            want_x = np.clip(x, lo, hi).astype(np.float32)
+    codes, vals, s, y, res = mod.vector_qdq(xt, bounds, write_y=True)
+    wc, wv, ws, wy = _vector_expected(want_x)
+    np.testing.assert_array_equal(codes.cpu().numpy(), wc)
+    np.testing.assert_array_equal(vals.cpu().numpy().view(np.uint32), wv.view(np.uint32))
+    np.testing.assert_array_equal(s.cpu().numpy().view(np.uint32), ws.view(np.uint32))
+    np.testing.assert_array_equal(y.cpu().numpy(), wy)
+    if occ:
+        np.testing.assert_array_equal(res.cpu().numpy(), (x - want_x).astype(np.float32))
+    else:
+        assert res is None
+
+
+def test_occ_bounds_bad_input():
+    from mxkernels.triton_common import KernelUnsupported
+    from mxkernels.triton_corrections import occ_bounds
+    with pytest.raises(KernelUnsupported, match="float32"):
+        occ_bounds(torch.zeros(4, dtype=torch.float64), 0.99)
+    with pytest.raises(KernelUnsupported, match="elements"):
+        occ_bounds(torch.zeros(0), 0.99)
+
+
+# ---- planted bugs: the checks above can fail -------------------------------------------------
+def _planted(tmp_path, old: str, new: str):
+    from test_kernels_fast import _exec_interpreted
+    text = SRC.read_text()
+    assert text.count(old) == 1, f"planting site {old!r} not found exactly once"
+    path = tmp_path / "triton_corrections_planted.py"
+    path.write_text(text.replace(old, new))
+    ks = load_kernels(True)
+    deps = ("mxkernels.triton_common", "mxkernels.triton_quant", "mxkernels.triton_fast")
+    return _exec_interpreted(path, {d: ks[d.rsplit(".", 1)[1]] for d in deps})
+
+
+@pytest.mark.parametrize("old, new", [
+    # a non-strict tau test flags the block sitting exactly on tau * median
+    ("below = (af * tau) < amax", "below = (af * tau) <= amax"),
+    # the last tied maximum instead of the first
+    ("first = tl.reduce(tl.where(a3 == amax[:, :, None], j, 32), 2, _min)",
+     "first = -tl.reduce(tl.where(a3 == amax[:, :, None], -j, 1), 2, _min)"),
+    # S_M rounded down instead of up
+    ("s_int = (num + den - 1) // den", "s_int = num // den"),
+    # NaN / Inf counted in the macro amax
+    ("af = tl.where(a < 0x7F800000, a, 0)", "af = a"),
+    # an approximate division
+    ("y = tl.math.div_rn(b.to(tl.float32, bitcast=True), s_full)",
+     "y = b.to(tl.float32, bitcast=True) * (1.0 / s_full)"),
+])
+def test_planted_decomp_bug_is_caught(tmp_path, old, new):
+    bad = _planted(tmp_path, old, new)
+    x = _edge_operand()
+    want = _expected(x, DEC)
+    with pytest.raises(AssertionError):
+        _check(bad.decomp_qdq(torch.from_numpy(x.copy()), DEC), want)
+
+
+@pytest.mark.parametrize("old, new", [
+    # amax / 6 as a multiply by fl(1 / 6)
+    ("s = tl.where(amax > 0, tl.math.div_rn(amax, six), 1.0)",
+     "s = tl.where(amax > 0, amax * (1.0 / 6.0), 1.0)"),
+    # ties rounded away from zero
+    ("mag = tl.minimum(((v + 8388608.0) - 8388608.0) * q, 6.0)",
+     "mag = tl.minimum(((v + 0.5 + 8388608.0) - 8388608.0 - 0.5) * q, 6.0)"),
+    # the sign of a zero dropped
+    ("neg = (yb < 0) & ~nan", "neg = (y < 0) & ~nan"),
+])
+def test_planted_vector_bug_is_caught(tmp_path, old, new):
+    bad = _planted(tmp_path, old, new)
+    with pytest.raises(AssertionError):
+        test_vector_qdq_equals_mxref((bad, "cpu"), False)
+
+
+@pytest.mark.parametrize("old, new, case", [
+    # -0 and +0 mapped to one key: still right by value, so plant a sign slip instead
+    ("k = tl.where(b < 0, ~u, u | 0x80000000)", "k = tl.where(b < 0, u, u | 0x80000000)",
+     "normal"),
+    # a NaN with its sign bit set keyed as a negative number
+    ("return tl.where(nan, 0xFFFFFFFF, k)", "return k", "nan_negative"),
+    # the rank not reduced by the count below the chosen digit
+    ("tl.store(state_ptr + 2 + t, r - below)", "tl.store(state_ptr + 2 + t, r)",
+     "same_digit"),
+])
+def test_planted_select_bug_is_caught(tmp_path, old, new, case):
+    bad = _planted(tmp_path, old, new)
+    with pytest.raises(AssertionError):
+        test_occ_bounds_are_the_sorted_order_statistics((bad, "cpu"), case, 0.99, 4)
+
+
+# ---- the training layer on the triton backend -------------------------------------------------
+def _layer(recipe: str, backend: str, k: int = 128, n: int = 256, tokens: int = 128, seed=3,
+           device: str = "cpu"):
+    from mxkernels.training.mxlinear import MXLinear
+    from mxkernels.training.recipes import VARIANTS
+    from mxkernels.training.validate import capture_next
+    torch.manual_seed(seed)
+    m = MXLinear.from_linear(torch.nn.Linear(k, n), VARIANTS.get(recipe, recipe),
+                             backend=backend).to(device)
+    m.name = "blk.0.mlp"
+    capture_next(m)
+    x = (torch.randn(tokens, k) * torch.exp(torch.randn(tokens, 1)))
+    x[3, 7] = 300.0                              # an outlier block
+    x = x.to(device).requires_grad_(True)
+    y = m(x)
+    (y * torch.linspace(-1, 1, n, device=device)).sum().backward()
+    return m, x, y
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("recipe", ["decomp-fixed", "decomp-outlier", "decomp-macro", "ms-fp4"])
+def test_layer_on_triton_equals_torch_and_passes_in_run_checks(recipe, device, monkeypatch):
+    """A layer on the triton backend (the fused decomp launch; the radix-select OCC bounds
+    and the vector-wise launch) gives the torch backend's output and gradients bit for bit, its fused launch or select
+    really ran (counted), and the in-run validation passes every record (mxref's operands)."""
+    from mxkernels.training import quant as Q
+    from mxkernels.training.validate import check_capture
+    tcm = Q.triton_module("triton_corrections", torch.device(device))
+    calls = {"decomp_qdq": 0, "occ_bounds": 0, "vector_qdq": 0}
+    for name in calls:
+        real = getattr(tcm, name)
+
+        def counted(*a, _real=real, _name=name, **k):
+            calls[_name] += 1
+            return _real(*a, **k)
+        monkeypatch.setattr(tcm, name, counted)
+    mt, xt, yt = _layer(recipe, "triton", device=device)
+    mr, xr, yr = _layer(recipe, "torch", device=device)
+    for a, b in ((yt, yr), (xt.grad, xr.grad), (mt.weight.grad, mr.weight.grad)):
+        np.testing.assert_array_equal(a.detach().cpu().numpy().view(np.uint32),
+                                      b.detach().cpu().numpy().view(np.uint32))
+    if recipe.startswith("decomp"):
+        assert calls == {"decomp_qdq": 6, "occ_bounds": 0, "vector_qdq": 0}
+    else:                   # x (OCC) and W (DGE) in the forward
+        assert calls == {"decomp_qdq": 0, "occ_bounds": 1, "vector_qdq": 2}
+    recs = check_capture(mt, gemm_check="bound")
+    assert recs and all(r.ok for r in recs), [r for r in recs if not r.ok]
+
+
+def test_tf32_and_split_gemm_rules():
+    """Which GEMM the generic path may run off the fp32 pipes: TF32 only when every value has
+    <= 11 significant bits; the split-bf16 GEMM exact piece by piece."""
+    from mxkernels.training import quant as Q
+    from mxkernels.training.mxlinear import _split_bf16
+    from mxkernels.training.recipes import OperandSpec
+    assert Q.tf32_exact(DEC)                                         # 2 + 8 bits
+    assert not Q.bf16_exact(DEC)
+    assert not Q.tf32_exact(dataclasses.replace(DEC, macro_scale_dtype="float32"))   # 2 + 24
+    assert Q.tf32_exact(dataclasses.replace(DEC, fmt="mxfp6_e3m2"))                   # 3 + 8
+    assert not Q.tf32_exact(dataclasses.replace(DEC, fmt="mxfp6_e2m3"))               # 4 + 8
+    assert Q.tf32_exact(OperandSpec("mxfp8_e4m3"))                                    # bf16
+    g = np.random.default_rng(0)
+    v = (g.standard_normal(4096) * np.exp2(g.integers(-60, 60, 4096))).astype(np.float32)
+    v[:5] = [0.0, -0.0, np.finfo(np.float32).max, np.float32(1e-30), -np.float32(3.4e38)]
+    p = _split_bf16(torch.from_numpy(v))
+    assert all(t.dtype == torch.bfloat16 for t in p)
+    total = sum(t.to(torch.float64) for t in p)
+    np.testing.assert_array_equal(total.numpy(), v.astype(np.float64))
+    w = np.array([np.inf, -np.inf, np.nan, 1.0], np.float32)
+    p = _split_bf16(torch.from_numpy(w))
+    np.testing.assert_array_equal(p[0].float().numpy(), w)
+    assert not p[1].any() and not p[2].any()
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="the TF32 / split GEMMs run on CUDA")
+@pytest.mark.parametrize("recipe, gemm", [("decomp-fixed", "_mm_tf32"), ("ms-fp4", "_mm_split3")])
+def test_tensor_core_gemms_pass_the_bound_check(recipe, gemm, monkeypatch):
+    """On a GPU decomp-fixed's GEMMs run on TF32 and ms-fp4's backward GEMMs against the
+    forward copies as three bf16 GEMMs (spied), and every GEMM output passes the in-run
+    bound check against mxref's operands; with them off (the fp32 matmul) the checks pass
+    too and the outputs differ only by accumulation order."""
+    from mxkernels.training import mxlinear as M
+    from mxkernels.training.validate import check_capture
+    seen = []
+    real = getattr(M, gemm)
+    monkeypatch.setattr(M, gemm, lambda *a, **k: seen.append(1) or real(*a, **k))
+    m, _, y = _layer(recipe, "triton", device="cuda", k=256, n=512, tokens=512)
+    assert len(seen) == (3 if gemm == "_mm_tf32" else 2)
+    recs = check_capture(m, gemm_check="bound")
+    assert all(r.ok for r in recs), [r for r in recs if not r.ok]
+    M._FAST_GEMMS[0] = False
+    try:
+        m2, _, y2 = _layer(recipe, "triton", device="cuda", k=256, n=512, tokens=512)
+    finally:
+        M._FAST_GEMMS[0] = True
+    assert all(r.ok for r in check_capture(m2, gemm_check="bound"))
+    torch.testing.assert_close(y, y2, rtol=1e-5, atol=1e-5)
