@@ -11,7 +11,6 @@ the compiled kernels too.
 from __future__ import annotations
 
 import dataclasses
-import math
 from pathlib import Path
 
 import numpy as np
