@@ -21,14 +21,15 @@ axis):
 It writes the values (fp32), the MX scales and codes, the passthrough mask and S_M: what the
 GEMM multiplies and what the in-run validation re-derives with mxref.
 
-``occ_select_kernel`` / ``occ_pick_kernel``: the (n - ceil(q n) + 1)-th and the ceil(q n)-th
-smallest element of a tensor (NaN after everything, any sign; -0 before +0), i.e.
-``torch_fast.occ_bounds``, by an MSD radix select on the 32-bit order key of each fp32 value,
-DIGIT_BITS (4) bits per pass: a pass histograms the next digit of the elements whose key starts
-with each target's prefix (two targets at once), the pick step finds the digit where the
-running count reaches each target's rank. Eight passes of one read each, no host
-synchronization (the prefixes and ranks live on the device), so a CUDA graph can hold it.
-(``tl.histogram`` binds it: 449 us for 12.6M elements on an H200, with 8-bit digits 601 us.)
+``occ_select_kernel`` / ``occ_pick_kernel`` / ``occ_compact_kernel`` / ``occ_cand_kernel``:
+the (n - ceil(q n) + 1)-th and the ceil(q n)-th smallest element of a tensor (NaN after
+everything, any sign; -0 before +0), i.e. ``torch_fast.occ_bounds``, by an MSD radix select on
+the 32-bit order key of each fp32 value, 8 bits per pass: a pass histograms the next digit of
+the elements whose key starts with each target's prefix (two targets at once), the pick step
+finds the digit where the running count reaches each target's rank. After the first byte the
+elements sharing a target's top byte are copied out (a few percent of a tensor for the 1%
+tails), and the three remaining passes read only those: two reads of the tensor, no host
+synchronization (prefixes, ranks and counts live on the device), so a CUDA graph can hold it.
 
 ``vector_qdq_kernel``: ms-fp4's operand (torch_fast.vector_scaling, with the OCC clamp and its
 residual) in one launch; ``split3_bf16_kernel``: an fp32 tensor as three bf16 pieces that sum
@@ -245,6 +246,53 @@ def occ_pick_kernel(state_ptr, hist_ptr, out_ptr, SHIFT: tl.constexpr, DBITS: tl
             tl.store(out_ptr + t, bits.to(tl.int32, bitcast=True))
 
 
+@triton.jit
+def occ_compact_kernel(x_ptr, state_ptr, cand_ptr, cnt_ptr, n, BLOCK: tl.constexpr):
+    """After the first pass (each target's top key byte picked): copy the order keys of the
+    elements whose top byte is target t's to cand[t * n + ...] (t = 0, 1), each block's range
+    reserved with one atomic on cnt[t]. The order inside cand is arbitrary: the passes that
+    follow count digits, which does not depend on it."""
+    pre0 = tl.load(state_ptr).to(tl.uint32) >> 24
+    pre1 = tl.load(state_ptr + 1).to(tl.uint32) >> 24
+    # int64 (n fits int32); n may arrive as the constant 1 (specialized)
+    base1 = (tl.program_id(0) * 0).to(tl.int64) + n
+    for start in range(tl.program_id(0) * BLOCK, n, tl.num_programs(0) * BLOCK):
+        offs = start + tl.arange(0, BLOCK)
+        m = offs < n
+        key = _order_key(tl.load(x_ptr + offs, mask=m, other=0))
+        kb = key.to(tl.int32, bitcast=True)
+        top = key >> 24
+        for t in tl.static_range(2):
+            hit = (m & (top == (pre0 if t == 0 else pre1))).to(tl.int32)
+            pos = tl.associative_scan(hit, 0, _add) - hit            # exclusive prefix sum
+            first = tl.atomic_add(cnt_ptr + t, tl.reduce(hit, 0, _add))
+            tl.store(cand_ptr + (base1 * t + first) + pos, kb, mask=hit != 0)
+
+
+@triton.jit
+def occ_cand_kernel(cand_ptr, cnt_ptr, state_ptr, hist_ptr, n, SHIFT: tl.constexpr,
+                    BLOCK: tl.constexpr):
+    """A radix pass (8-bit digits) over each target's candidates (cand[t * n ...], cnt[t] of
+    them, the count read on the device): the digit (key >> SHIFT) & 255 of the candidates whose
+    key bits above SHIFT + 8 are the target's prefix, counted into hist[t * 256 + digit]."""
+    bins = tl.arange(0, 512)
+    for t in tl.static_range(2):
+        cnt = tl.load(cnt_ptr + t)
+        pre = tl.load(state_ptr + t).to(tl.uint32)
+        # int64 (t <= 1: n * t fits int32); n may arrive as the constant 1 (specialized)
+        base_t = (tl.program_id(0) * 0).to(tl.int64) + n * t
+        h = tl.full([512], 0, tl.int32)
+        for start in range(tl.program_id(0) * BLOCK, cnt, tl.num_programs(0) * BLOCK):
+            offs = start + tl.arange(0, BLOCK)
+            m = offs < cnt
+            key = tl.load(cand_ptr + base_t + offs, mask=m, other=0).to(tl.uint32,
+                                                                          bitcast=True)
+            digit = ((key >> SHIFT) & 255).to(tl.int32)
+            hit = m & ((key >> (SHIFT + 8)) == (pre >> (SHIFT + 8)))
+            h += tl.histogram(tl.where(hit, digit, 256), 512)
+        tl.atomic_add(hist_ptr + t * 256 + bins, h, mask=(bins < 256) & (h > 0))
+
+
 # ---- vector-wise E2M1 (ms-fp4), with the OCC clamp -----------------------------------------
 @triton.jit
 def _nan_clamp(x, lo, hi):
@@ -329,7 +377,8 @@ def split3_bf16_kernel(x_ptr, o1_ptr, o2_ptr, o3_ptr, n, BLOCK: tl.constexpr):
 
 
 KERNELS = {"decomp_qdq": decomp_qdq_kernel, "occ_select": occ_select_kernel,
-           "occ_pick": occ_pick_kernel, "split3_bf16": split3_bf16_kernel,
+           "occ_pick": occ_pick_kernel, "occ_compact": occ_compact_kernel,
+           "occ_cand": occ_cand_kernel, "split3_bf16": split3_bf16_kernel,
            "vector_qdq": vector_qdq_kernel}
 
 
@@ -428,7 +477,6 @@ def decomp_qdq(t: torch.Tensor, spec):
 
 
 _SELECT_BLOCK = 4096
-DIGIT_BITS = [4]     # bits per radix pass (4: eight passes of 16 digits; 8: four of 256)
 _PROGRAMS: dict = {}
 
 
@@ -447,8 +495,10 @@ _STATE: dict = {}
 def occ_bounds(t: torch.Tensor, q: float):
     """``torch_fast.occ_bounds(t, q)`` on the device: (lo, hi), fp32 0-d tensors, the
     (n - ceil(q n) + 1)-th and ceil(q n)-th smallest elements of t (NaN after every number),
-    by radix select (4 passes of :data:`occ_select_kernel`, each followed by
-    :data:`occ_pick_kernel`); no host synchronization."""
+    by radix select: the top key byte over every element (:data:`occ_select_kernel`), the
+    elements sharing a target's top byte copied out (:data:`occ_compact_kernel`), three more
+    bytes over those only (:data:`occ_cand_kernel`), each pass followed by
+    :data:`occ_pick_kernel`. Two reads of t, no host synchronization; 8 n bytes of scratch."""
     import math
     if not (isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.is_contiguous()):
         raise KernelUnsupported("occ_bounds takes a contiguous float32 tensor")
@@ -466,17 +516,22 @@ def occ_bounds(t: torch.Tensor, q: float):
             _STATE.clear()
         init = _STATE[key] = torch.tensor([0, 0, kk, khi], dtype=torch.int64).to(dev)
     state = init.clone()            # a device copy: no host transfer per call
-    hist = torch.zeros(512, dtype=torch.int32, device=dev)        # 2 targets x up to 256
+    hist = torch.zeros(512, dtype=torch.int32, device=dev)        # 2 targets x 256 digits
+    cnt = torch.zeros(2, dtype=torch.int32, device=dev)
+    cand = torch.empty(2 * n, dtype=torch.int32, device=dev)
     out = torch.empty(2, dtype=torch.float32, device=dev)
     x = t.reshape(-1).view(torch.int32)
     grid = (min(triton.cdiv(n, _SELECT_BLOCK), _select_programs(dev)),)
     nw = {} if INTERPRETED else {"num_warps": 8}
-    db = DIGIT_BITS[0]
-    for shift in range(32 - db, -1, -db):
-        occ_select_kernel[grid](x, state, hist, n, SHIFT=shift, DBITS=db, BLOCK=_SELECT_BLOCK,
-                                **nw)
-        occ_pick_kernel[(1,)](state, hist, out.view(torch.int32), SHIFT=shift, DBITS=db,
-                              **({} if INTERPRETED else {"num_warps": 4}))
+    nw4 = {} if INTERPRETED else {"num_warps": 4}
+    o32 = out.view(torch.int32)
+    # the top byte over every element, then only the elements that share a target's top byte
+    occ_select_kernel[grid](x, state, hist, n, SHIFT=24, DBITS=8, BLOCK=_SELECT_BLOCK, **nw)
+    occ_pick_kernel[(1,)](state, hist, o32, SHIFT=24, DBITS=8, **nw4)
+    occ_compact_kernel[grid](x, state, cand, cnt, n, BLOCK=_SELECT_BLOCK, **nw)
+    for shift in (16, 8, 0):
+        occ_cand_kernel[grid](cand, cnt, state, hist, n, SHIFT=shift, BLOCK=_SELECT_BLOCK, **nw)
+        occ_pick_kernel[(1,)](state, hist, o32, SHIFT=shift, DBITS=8, **nw4)
     return out[0], out[1]
 
 
@@ -542,7 +597,18 @@ def aot_specs():
         sig = {**rt, **{k: "constexpr" for k in ce}}
         out.append((f"decomp_qdq-{fmt}-{outlier}-m{macro}", decomp_qdq_kernel,
                     {k: sig[k] for k in names}, dict(ce)))
-    for shift, db in ((24, 8), (0, 8), (28, 4), (0, 4)):
+    for shift in (16, 0):
+        ce = {"SHIFT": shift, "BLOCK": _SELECT_BLOCK}
+        sig = {"cand_ptr": "*i32", "cnt_ptr": "*i32", "state_ptr": "*i64", "hist_ptr": "*i32",
+               "n": "i32", **{k: "constexpr" for k in ce}}
+        out.append((f"occ_cand-s{shift}", occ_cand_kernel,
+                    {k: sig[k] for k in occ_cand_kernel.arg_names}, ce))
+    ce = {"BLOCK": _SELECT_BLOCK}
+    sig = {"x_ptr": "*i32", "state_ptr": "*i64", "cand_ptr": "*i32", "cnt_ptr": "*i32",
+           "n": "i32", "BLOCK": "constexpr"}
+    out.append(("occ_compact", occ_compact_kernel,
+                {k: sig[k] for k in occ_compact_kernel.arg_names}, ce))
+    for shift, db in ((24, 8), (0, 8)):
         ce = {"SHIFT": shift, "DBITS": db, "BLOCK": _SELECT_BLOCK}
         sig = {"x_ptr": "*i32", "state_ptr": "*i64", "hist_ptr": "*i32", "n": "i32",
                **{k: "constexpr" for k in ce}}
