@@ -33,7 +33,7 @@ def test_device_consts_hits_by_content_and_bounds_its_size():
 
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 @pytest.mark.parametrize("recipe", ["mxfp4-fdw-h16", "mxfp4-fdw-rht", "mxfp4-fdw-sr",
-                                    "mxfp4-fdw", "nvfp4-te"])
+                                    "mxfp4-fdw", "nvfp4-te", "ms-fp4", "decomp-fixed"])
 def test_no_host_sync_in_a_step(recipe):
     from mxkernels.training import MXLinear
     torch.manual_seed(0)
