@@ -97,7 +97,8 @@ def _train_options(f):
                           "instead of DDP."),
         click.option("--cuda-graph", is_flag=True,
                      help="One CUDA graph per step (forward, backward, clipping, optimizer): "
-                          "no host enqueue. Needs a GPU, one process and a fast-path recipe; "
+                          "no host enqueue. Needs a GPU, one process and a fast-path recipe or a "
+                          "generic one with no per-step host state (ms-fp4, decomp-fixed); "
                           "the first two steps and the checked / timed ones run eagerly."),
         click.option("--tokenizer", type=click.Choice(["bytes", "bpe"]), default="bytes",
                      show_default=True,

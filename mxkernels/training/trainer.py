@@ -427,19 +427,39 @@ def build(cfg: TrainConfig, device: torch.device, dist: ddp.DistInfo) -> Built:
                  val_tokens_per_byte=tokens_per_byte(val, corpus))
 
 
+def _generic_host_state(recipe) -> str | None:
+    """What a generic-path recipe computes on the host per step or per call (a CUDA graph
+    would replay the captured value), or None: random Hadamard signs and SR seeds are drawn
+    on the host from the step; a DGE constant is copied to the device per call."""
+    from .recipes import GEMMS
+    for gemm in GEMMS:
+        g = getattr(recipe, gemm)
+        if g.hadamard == "random":
+            return f"random Hadamard signs drawn on the host each step ({gemm})"
+        for side, op in (("a", g.a), ("b", g.b)):
+            if op.rounding == "sr":
+                return f"stochastic-rounding seeds drawn on the host each step ({gemm} {side})"
+            if op.dge_const is not None:
+                return f"a DGE constant copied to the device per call ({gemm} {side})"
+    return None
+
+
 def _check_graphable(recipe, device: torch.device) -> None:
-    """--cuda-graph needs a GPU and a recipe whose every quantized GEMM runs on the fast path
-    (the generic path computes signs and seeds on the host and syncs)."""
+    """--cuda-graph needs a GPU, and a recipe whose quantized GEMMs run on the fast path or,
+    on the generic path, take nothing from the host per step (no random signs, no SR: e.g.
+    ms-fp4, decomp-fixed; the generic path makes no host synchronization there)."""
     if device.type != "cuda":
         raise TrainingConfigError(f"--cuda-graph needs a CUDA device, not {device.type}")
     if recipe.quantized:
         from .mxlinear import fast_plan
 
-        if fast_plan(recipe) is None:
+        why = None if fast_plan(recipe) is not None else _generic_host_state(recipe)
+        if why:
             raise TrainingConfigError(
-                f"--cuda-graph: recipe {recipe.name!r} runs on the generic MXLinear path "
-                "(host-side signs / seeds and syncs), which a CUDA graph cannot hold; the "
-                "fast-path recipes can (mxkernels.training.mxlinear.fast_plan)")
+                f"--cuda-graph: recipe {recipe.name!r} runs on the generic MXLinear path with "
+                f"{why}, which a CUDA graph would replay unchanged; the fast-path recipes "
+                "(mxkernels.training.mxlinear.fast_plan) and generic ones without per-step "
+                "host state can be graphed")
 
 
 class _StepGraph:
