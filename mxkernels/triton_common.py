@@ -63,6 +63,19 @@ def _max_along(x, AXIS: tl.constexpr):
     return tl.reduce(x, AXIS, _MAX_COMBINE)
 
 
+_SMS: dict = {}
+
+
+def sm_count(dev) -> int:
+    """The streaming multiprocessors of a CUDA device (cached per device index): the unit the
+    persistent-program grids are sized in."""
+    n = _SMS.get(dev.index)
+    if n is None:
+        import torch
+        n = _SMS[dev.index] = torch.cuda.get_device_properties(dev).multi_processor_count
+    return n
+
+
 @triton.jit
 def _false_like(x):
     """An all-False int1 tensor of x's shape."""

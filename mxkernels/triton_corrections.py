@@ -37,11 +37,13 @@ to it exactly (the split-bf16 GEMM of mxkernels.training.mxlinear).
 """
 from __future__ import annotations
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
 
-from mxkernels.triton_common import KernelUnsupported, _max_along
+from mxkernels.triton_common import KernelUnsupported, _max_along, sm_count
 from mxkernels.triton_fast import (
     INTERPRETED,
     _load_tile,
@@ -385,6 +387,7 @@ KERNELS = {"decomp_qdq": decomp_qdq_kernel, "occ_select": occ_select_kernel,
 # =========================================================================================
 # launchers
 # =========================================================================================
+@functools.lru_cache(maxsize=256)
 def decomp_supports(spec, n_cols: int | None = None) -> bool:
     """Whether :func:`decomp_qdq` implements the operand spec (an OperandSpec of the training
     recipes): an MX format and profile of the fast kernels, RNE, block scaling, no clamp, a
@@ -477,19 +480,12 @@ def decomp_qdq(t: torch.Tensor, spec):
 
 
 _SELECT_BLOCK = 4096
-_PROGRAMS: dict = {}
+_STATE: dict = {}
 
 
 def _select_programs(dev) -> int:
     """Programs of a radix pass: two per SM on a GPU (each loops over its blocks)."""
-    if dev.type != "cuda":
-        return 4
-    n = _PROGRAMS.get(dev.index)
-    if n is None:
-        n = _PROGRAMS[dev.index] = \
-            2 * torch.cuda.get_device_properties(dev).multi_processor_count
-    return n
-_STATE: dict = {}
+    return 4 if dev.type != "cuda" else 2 * sm_count(dev)
 
 
 def occ_bounds(t: torch.Tensor, q: float):

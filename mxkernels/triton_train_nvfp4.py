@@ -34,7 +34,7 @@ import triton.language as tl
 
 from mxkernels.triton_common import (KernelUnsupported, _f32_div, _f32_min_pos, _f32_mul,
                                      _max_along, _nvfp4_block_scales, _F32_INF, _F32_MAX,
-                                     _F32_ONE, _F32_QNAN)
+                                     _F32_ONE, _F32_QNAN, sm_count)
 from mxkernels.triton_fast import (INTERPRETED, _OUT, _SRC, _check_local_offsets, _load_tile,
                                    _prep, _qdq_tile, launch_cached)
 from mxkernels.triton_quant import (NVFP4_ROWS, _element_value, _nvfp4_amax_lanes,
@@ -678,19 +678,13 @@ _qdq = qdq
 # triton_quant of this module's kind: the loader's private copies import each other)
 NVFP4_ROWS[0] = nvfp4_quantize_rows
 
-_AMAX_PROGRAMS: dict = {}
-
 
 def _amax_programs(dev: torch.device) -> int:
     """The amax pass's grid at most: 8 programs per SM on a GPU (each loops over its tiles);
     3 under the interpreter, so that the tests run programs with several tiles."""
     if INTERPRETED or dev.type != "cuda":
         return 3
-    n = _AMAX_PROGRAMS.get(dev.index)
-    if n is None:
-        n = _AMAX_PROGRAMS[dev.index] = \
-            8 * torch.cuda.get_device_properties(dev).multi_processor_count
-    return n
+    return 8 * sm_count(dev)
 
 
 def scale_cast(x: torch.Tensor, alpha: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:

@@ -18,6 +18,7 @@ MX path, the twin of torch_emu.quantize_mx), checked against mxref by :mod:`.val
 """
 from __future__ import annotations
 
+import functools
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -302,6 +303,14 @@ def nvfp4_values(scales: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
     return lut[codes.long()] * sv
 
 
+@functools.lru_cache(maxsize=64)
+def _qdq_fp32_ok(fmt: str, profile: str) -> bool:
+    """Whether triton_fast's one-launch qdq takes (fmt, profile) from fp32 (cached: it sits on
+    every generic-path MX operand)."""
+    from mxkernels.triton_fast import supports
+    return supports(fmt, profile, "float32")
+
+
 def _mx_block(t, spec, backend, sr_seed, fmt=None, prof=None):
     """(scales, codes, fp32 values) of the plain block quantization of t along its last axis."""
     fmt = fmt or spec.fmt
@@ -337,8 +346,7 @@ def _mx_block(t, spec, backend, sr_seed, fmt=None, prof=None):
     # profile and draws its words in-kernel; testing prof.name here sent every MX SR operand to
     # the host-side words + torch emulation below (70x bf16 on llama-30m)
     if backend == "triton" and not sr and t.ndim == 2 and t.dtype == torch.float32 and \
-            t.is_contiguous() and t.shape[1] % 32 == 0 and \
-            triton_module("triton_fast", t.device).supports(fmt, prof.name, "float32"):
+            t.is_contiguous() and t.shape[1] % 32 == 0 and _qdq_fp32_ok(fmt, prof.name):
         # one launch: values, scales and codes from one read (triton_fast.quantize_dequantize,
         # bit-exact with mxref as quantize_mx + dequantize_mx, the two launches it replaces)
         v, _, q = triton_module("triton_fast", t.device).quantize_dequantize(
