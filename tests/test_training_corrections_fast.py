@@ -150,9 +150,8 @@ def _np_bounds(x, q):
     return s[n - khi], s[khi - 1]
 
 
-@pytest.mark.parametrize("case", ["normal", "ties", "nan_few", "nan_many", "tiny", "inf"])
-@pytest.mark.parametrize("q", [0.99, 0.999, 0.51])
-def test_occ_bounds_are_the_sorted_order_statistics(case, q):
+def _occ_case(case: str) -> np.ndarray:
+    """The order-statistic inputs (also test_triton_corrections')."""
     g = np.random.default_rng(7)
     x = g.standard_normal((37, 53)).astype(np.float32)
     if case == "ties":
@@ -161,11 +160,33 @@ def test_occ_bounds_are_the_sorted_order_statistics(case, q):
         x.reshape(-1)[g.permutation(x.size)[:3]] = np.nan
     elif case == "nan_many":
         x.reshape(-1)[g.permutation(x.size)[: x.size // 2 + 40]] = np.nan
+    elif case == "nan_negative":           # NaN with the sign bit set sorts last too
+        x.reshape(-1)[:20] = -np.float32(np.nan)
     elif case == "tiny":
         x = x[:1, :3]
+    elif case == "one":
+        x = x[:1, :1]
     elif case == "inf":
         x.reshape(-1)[:30] = np.inf
         x.reshape(-1)[30:60] = -np.inf
+    elif case == "zeros":                  # +-0 at the order statistics
+        x = np.where(np.abs(x) < 2.2, np.float32(0.0), x).astype(np.float32)
+        x.reshape(-1)[::3] = -np.float32(0.0)
+    elif case == "subnormal":
+        x = (x * np.float32(1e-42)).astype(np.float32)
+    elif case == "large":                  # several programs, each over several blocks
+        x = np.round(g.standard_normal((211, 203)) * 64).astype(np.float32)
+    elif case == "same_digit":             # keys sharing their top bytes: the deeper passes decide
+        x = np.float32(1.0) + np.arange(x.size, dtype=np.float32).reshape(x.shape) * \
+            np.float32(2.0 ** -23)
+        x = g.permutation(x.reshape(-1)).reshape(37, 53).astype(np.float32)
+    return np.ascontiguousarray(x)
+
+
+@pytest.mark.parametrize("case", ["normal", "ties", "nan_few", "nan_many", "tiny", "inf"])
+@pytest.mark.parametrize("q", [0.99, 0.999, 0.51])
+def test_occ_bounds_are_the_sorted_order_statistics(case, q):
+    x = _occ_case(case)
     lo, hi = Q._occ_bounds(torch.from_numpy(x), q)
     wlo, whi = _np_bounds(x, q)
     np.testing.assert_array_equal(np.float32(lo.item()), wlo)

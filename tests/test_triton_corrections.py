@@ -16,7 +16,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_training_corrections_fast import _macro_rows, _np_bounds, _outlier_rows
+from test_training_corrections_fast import (
+    _macro_rows,
+    _np_bounds,
+    _occ_case,
+    _outlier_rows,
+)
 
 import mxref
 from mxkernels.loader import load_kernels
@@ -156,38 +161,6 @@ def test_decomp_supports_and_rejects():
         decomp_qdq(torch.zeros((2, 128), dtype=torch.bfloat16), DEC)
     with pytest.raises(KernelUnsupported, match="96 columns"):
         decomp_qdq(torch.zeros((2, 96)), DEC)
-
-
-def _occ_case(case: str) -> np.ndarray:
-    g = np.random.default_rng(7)
-    x = g.standard_normal((37, 53)).astype(np.float32)
-    if case == "ties":
-        x = np.round(x * 2).astype(np.float32)
-    elif case == "nan_few":
-        x.reshape(-1)[g.permutation(x.size)[:3]] = np.nan
-    elif case == "nan_many":
-        x.reshape(-1)[g.permutation(x.size)[: x.size // 2 + 40]] = np.nan
-    elif case == "nan_negative":           # NaN with the sign bit set sorts last too
-        x.reshape(-1)[:20] = -np.float32(np.nan)
-    elif case == "tiny":
-        x = x[:1, :3]
-    elif case == "one":
-        x = x[:1, :1]
-    elif case == "inf":
-        x.reshape(-1)[:30] = np.inf
-        x.reshape(-1)[30:60] = -np.inf
-    elif case == "zeros":                  # +-0 at the order statistics
-        x = np.where(np.abs(x) < 2.2, np.float32(0.0), x).astype(np.float32)
-        x.reshape(-1)[::3] = -np.float32(0.0)
-    elif case == "subnormal":
-        x = (x * np.float32(1e-42)).astype(np.float32)
-    elif case == "large":                  # several programs, each over several blocks
-        x = np.round(g.standard_normal((211, 203)) * 64).astype(np.float32)
-    elif case == "same_digit":             # keys sharing their top bytes: the deeper passes decide
-        x = np.float32(1.0) + np.arange(x.size, dtype=np.float32).reshape(x.shape) * \
-            np.float32(2.0 ** -23)
-        x = g.permutation(x.reshape(-1)).reshape(37, 53).astype(np.float32)
-    return np.ascontiguousarray(x)
 
 
 @pytest.mark.parametrize("case", ["normal", "ties", "nan_few", "nan_many", "nan_negative", "tiny",
@@ -340,6 +313,19 @@ def test_planted_vector_bug_is_caught(tmp_path, old, new):
     bad = _planted(tmp_path, old, new)
     with pytest.raises(AssertionError):
         test_vector_qdq_equals_mxref((bad, "cpu"), False)
+
+
+def test_planted_split_bug_is_caught(tmp_path):
+    """The split's exactness check can fail: the middle piece taken untruncated leaves the
+    last piece 0 and the three no longer sum to x."""
+    from mxkernels.training import mxlinear as M
+    bad = _planted(tmp_path, "h2 = rb & -65536", "h2 = rb")
+    v = torch.from_numpy((np.random.default_rng(1).standard_normal(4096) * 1e3)
+                         .astype(np.float32))
+    total = sum(p.to(torch.float64) for p in bad.split3_bf16(v))
+    assert not torch.equal(total, v.to(torch.float64))
+    good = sum(p.to(torch.float64) for p in M._split_bf16(v))
+    assert torch.equal(good, v.to(torch.float64))
 
 
 @pytest.mark.parametrize("old, new, case", [
