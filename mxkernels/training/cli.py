@@ -92,6 +92,9 @@ def _train_options(f):
         click.option("--no-progress", is_flag=True, help="No progress bar on stderr."),
         click.option("--stop-after", type=click.IntRange(1), default=None,
                      help="Leave cleanly after this step with a checkpoint (resume later)."),
+        click.option("--stop-after-seconds", type=click.FloatRange(0), default=None,
+                     help="Leave cleanly (checkpoint, status stopped) after the first step "
+                          "that ends this many seconds after start; run again to resume."),
         click.option("--fsdp", is_flag=True,
                      help="Under torchrun: shard with FSDP2 (fully_shard per decoder layer) "
                           "instead of DDP."),
@@ -130,7 +133,8 @@ def _seed_list(seeds: str) -> list[int]:
 def train_group(ctx, model, recipe, tokens, seed, out, seq_len, batch_size, grad_accum, lr,
                 warmup_frac, min_lr_frac, weight_decay, grad_clip, precision, backend, device,
                 corpus, val_fraction, eval_every, eval_tokens, ckpt_every, keep_checkpoints,
-                validate_every, decompose, quant_time_every, threads, stop_after, no_progress,
+                validate_every, decompose, quant_time_every, threads, stop_after, stop_after_seconds,
+                no_progress,
                 fsdp, cuda_graph, tokenizer, vocab_size, debug_nan_at_step, as_json):
     """Train a Llama/Qwen model (random init) with an MX recipe.
 
@@ -157,7 +161,8 @@ def train_group(ctx, model, recipe, tokens, seed, out, seq_len, batch_size, grad
                       keep_checkpoints=keep_checkpoints, validate_every=validate_every,
                       decompose=decompose,
                       quant_time_every=quant_time_every, out=out, progress=not no_progress, threads=threads,
-                      stop_after=stop_after, debug_nan_at_step=debug_nan_at_step,
+                      stop_after=stop_after, stop_after_seconds=stop_after_seconds,
+                      debug_nan_at_step=debug_nan_at_step,
                       fsdp=fsdp, tokenizer=tokenizer, vocab_size=vocab_size,
                       cuda_graph=cuda_graph)
     try:
@@ -211,9 +216,19 @@ def compare_cmd(runs, out, as_json):
 @train_group.command("experiment")
 @click.argument("name")
 @click.option("--scale", default="tiny", show_default=True,
-              help="tiny (CPU minutes), small (one GPU), anchor (training_anchors C.0 30M).")
+              help="tiny (CPU minutes), small (one GPU, llama-30m), medium (llama-125m, 100M "
+                   "tokens, one GPU per arm), anchor (training_anchors C.0 30M).")
 @click.option("--seeds", default="0", show_default=True, help="Comma-separated seeds.")
 @click.option("--out", "-o", type=click.Path(file_okay=False), required=True)
+@click.option("--arms", default=None,
+              help="Comma-separated subset of the grid's arms (default: all of them).")
+@click.option("--jobs", type=click.IntRange(1), default=1, show_default=True,
+              help="Parallel run processes, one GPU each (round-robin over the visible GPUs).")
+@click.option("--time-budget", type=click.FloatRange(0), default=None,
+              help="Seconds for the whole command: runs stop with a checkpoint inside it; "
+                   "the same command again resumes them.")
+@click.option("--min-start", type=click.FloatRange(0), default=120.0, show_default=True,
+              help="With --time-budget: start no run with fewer seconds left.")
 @click.option("--tokens", type=click.IntRange(1), default=None, help="Override the scale's budget.")
 @click.option("--precision", type=click.Choice(["bf16", "fp32"]), default=None)
 @click.option("--device", default="auto", show_default=True)
@@ -223,16 +238,18 @@ def compare_cmd(runs, out, as_json):
 @click.option("--threads", type=click.IntRange(0), default=0, show_default=True)
 @click.option("--no-progress", is_flag=True)
 @click.option("--json", "as_json", is_flag=True)
-def experiment_cmd(name, scale, seeds, out, tokens, precision, device, validate_every, decompose,
-                   threads, no_progress, as_json):
+def experiment_cmd(name, scale, seeds, out, arms, jobs, time_budget, min_start, tokens, precision,
+                   device, validate_every, decompose, threads, no_progress, as_json):
     """Run a paired-seed grid (amd, decomp, ms-fp4, hopper-moe), then compare."""
     from .compare import markdown_table, public
-    from .experiments import run_experiment
+    from .experiments import exit_code, run_experiment
 
     seed_list = _seed_list(seeds)
     try:
+        arm_list = None if arms is None else [a.strip() for a in arms.split(",") if a.strip()]
         report = run_experiment(name, scale, seed_list, Path(out), progress=not no_progress,
-                                tokens=tokens, precision=precision, device=device,
+                                arms=arm_list, jobs=jobs, time_budget=time_budget,
+                                min_start_s=min_start, tokens=tokens, precision=precision, device=device,
                                 validate_every=validate_every, threads=threads,
                                 decompose=decompose or None)
     except MXRefError as e:
@@ -241,6 +258,16 @@ def experiment_cmd(name, scale, seeds, out, tokens, precision, device, validate_
         click.echo(json.dumps(public(report), indent=2))
     else:
         click.echo(markdown_table(report), nl=False)
+    waiting = sorted(k for k, v in report["arm_status"].items() if v in ("stopped", "not started"))
+    if waiting:
+        click.echo(f"not complete within the time budget: {', '.join(waiting)}; the same "
+                   "command resumes them", err=True)
+    rc = exit_code(report)
+    if rc:
+        bad = sorted(k for k, v in report["arm_status"].items()
+                     if v not in ("complete", "stopped", "not started"))
+        _fail("arm(s) did not finish: " + ", ".join(f"{k} ({report['arm_status'][k]})"
+                                                     for k in bad) + f" (logs in {out})", rc)
 
 
 @train_group.command("rl")

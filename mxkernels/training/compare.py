@@ -24,6 +24,11 @@ Metrics per run (all losses in nats per token):
   schedule (higher LR, not annealed), so it over-states the gap; label it as an estimate.
 * ``step_time_ratio`` / ``peak_mem_ratio``: from the run summaries (separate runs; for a
   same-process measurement use bench/train_step.py).
+
+Over seeds, ``dL_val`` and ``dL_train_tail`` get a two-sided 95% Student t interval
+(``*_ci95``: the half-width, mean +- half-width; None for one seed). With two seeds t = 12.7:
+an honest interval is wide. :func:`contrasts` pairs two recipes seed by seed (their difference
+of dL, the same bf16 run cancelling) and gives the same interval.
 """
 from __future__ import annotations
 
@@ -216,9 +221,12 @@ def compare_runs(paths) -> dict:
         tails = [x["dL_train_tail"] for x in rs if x.get("dL_train_tail") is not None]
         extras = [x.get("extra_tokens_frac") for x in rs]
         isos = [x.get("extra_tokens_frac_iso") for x in rs]
+        cv, ct = ci95(vals), ci95(tails)
         agg.append({"recipe": recipe, "seeds": sorted(x["seed"] for x in rs),
                     "dL_val_mean": float(np.mean(vals)) if vals else None,
                     "dL_val_std": float(np.std(vals, ddof=1)) if len(vals) > 1 else None,
+                    "dL_val_ci95": cv["ci95"] if cv else None,
+                    "dL_train_tail_ci95": ct["ci95"] if ct else None,
                     "dL_train_tail_mean": float(np.mean(tails)) if tails else None,
                     "extra_tokens_frac_mean": float(np.mean(extras))
                     if extras and all(e is not None for e in extras) else None,
@@ -232,6 +240,68 @@ def compare_runs(paths) -> dict:
     return {"schema": SCHEMA, "runs": rows, "by_recipe": agg, "unpaired": unpaired,
             "baselines": [b["path"] for b in bases.values()],
             "decomposition": decomposition_summary(runs), "_loaded": runs}
+
+
+# two-sided 95% Student t quantiles t_{0.975, df}, df = 1..30
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t975(df: int) -> float:
+    """t_{0.975, df}: the table for df <= 30, then the Cornish-Fisher expansion to second
+    order, z + (z^3 + z) / (4 df) + (5 z^5 + 16 z^3 + 3 z) / (96 df^2) (within 1e-4)."""
+    if df < 1:
+        raise ValueError("a t interval needs at least two values")
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959964
+    return z + (z ** 3 + z) / (4 * df) + (5 * z ** 5 + 16 * z ** 3 + 3 * z) / (96 * df * df)
+
+
+def ci95(values) -> dict | None:
+    """Mean, sample std, n and the 95% t half-width of ``values`` (None-free); None for
+    fewer than one value, no interval (``ci95`` None) for one."""
+    v = [float(x) for x in values if x is not None and math.isfinite(float(x))]
+    if not v:
+        return None
+    n, m = len(v), float(np.mean(v))
+    sd = float(np.std(v, ddof=1)) if n > 1 else None
+    return {"mean": m, "std": sd, "n": n,
+            "ci95": t975(n - 1) * sd / math.sqrt(n) if n > 1 else None}
+
+
+def contrasts(report: dict, pairs) -> list[dict]:
+    """For each (a, b, what): per seed, dL(a) - dL(b) (val and train tail; the shared bf16
+    run cancels, so this is a's loss minus b's), then mean and 95% t interval over the seeds
+    that have both arms complete."""
+    rows = {(r["recipe"], r["seed"]): r for r in report["runs"]}
+    out = []
+    for a, b, what in pairs:
+        seeds = sorted({s for (rc, s) in rows if rc == a} & {s for (rc, s) in rows if rc == b},
+                       key=str)
+        per_seed = []
+        for s in seeds:
+            ra, rb = rows[(a, s)], rows[(b, s)]
+            if ra.get("status") != "complete" or rb.get("status") != "complete":
+                continue
+            d = {"seed": s}
+            for k in ("dL_val", "dL_train_tail"):
+                if ra.get(k) is not None and rb.get(k) is not None:
+                    d[k] = ra[k] - rb[k]
+            per_seed.append(d)
+        if not per_seed:
+            continue
+        out.append({"a": a, "b": b, "what": what, "per_seed": per_seed,
+                    "dL_val": ci95(d.get("dL_val") for d in per_seed),
+                    "dL_train_tail": ci95(d.get("dL_train_tail") for d in per_seed)})
+    return out
+
+
+def _pm(c) -> str:
+    if not c:
+        return "-"
+    return _fmt(c["mean"]) + (f" ± {c['ci95']:.4f}" if c.get("ci95") is not None else "")
 
 
 def _phase_mean(rows) -> list[dict] | None:
@@ -266,10 +336,30 @@ def markdown_table(report: dict) -> str:
         extra += "; " + ((_fmt(100 * iso, "+.1f") + "%") if iso is not None else "-")
         lines.append(f"| {a['recipe']} | {','.join(map(str, a['seeds']))} | "
                      f"{_fmt(a['dL_val_mean'])}"
-                     f"{' ± ' + _fmt(a['dL_val_std'], '.4f') if a['dL_val_std'] else ''} | "
-                     f"{_fmt(a['dL_train_tail_mean'])} | {extra} | "
+                     f"{' ± ' + _fmt(a.get('dL_val_ci95'), '.4f') if a.get('dL_val_ci95') else ''} | "
+                     f"{_fmt(a['dL_train_tail_mean'])}"
+                     f"{' ± ' + _fmt(a.get('dL_train_tail_ci95'), '.4f') if a.get('dL_train_tail_ci95') else ''}"
+                     f" | {extra} | "
                      f"{_fmt(a['step_time_ratio_mean'], '.2f')} | "
                      f"{_fmt(a['peak_mem_ratio_mean'], '.3f')} | {', '.join(a['statuses'])} |")
+    if any(a.get("dL_val_ci95") for a in report["by_recipe"]):
+        lines += ["", "± is the 95% Student t half-width over seeds (t = 12.7 for two seeds)."]
+    cons = report.get("contrasts") or []
+    if cons:
+        lines += ["", "Contrasts: a - b paired per seed (the same bf16 run cancels); mean ± 95% t "
+                  "half-width over seeds:", "",
+                  "| a - b | what | seeds | d val loss | d train loss (last 10%) | per seed (val) |",
+                  "|---|---|---|---|---|---|"]
+        for c in cons:
+            per = ", ".join(f"s{d['seed']} {_fmt(d.get('dL_val'))}" for d in c["per_seed"])
+            lines.append(f"| {c['a']} - {c['b']} | {c['what']} | {len(c['per_seed'])} | "
+                         f"{_pm(c['dL_val'])} | {_pm(c['dL_train_tail'])} | {per} |")
+    status = report.get("arm_status") or {}
+    unfinished = {k: v for k, v in status.items() if v != "complete"}
+    if unfinished:
+        lines += ["", "Not complete: " + ", ".join(f"{k} ({v})" for k, v in
+                                                    sorted(unfinished.items())) +
+                  " (run the same command again to resume)."]
     phased = [a for a in report["by_recipe"] if a.get("dL_train_phases_mean")]
     if phased:
         heads = [f"{100 * p['from_frac']:g}-{100 * p['to_frac']:g}%"

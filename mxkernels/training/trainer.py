@@ -83,6 +83,9 @@ class TrainConfig:
     out: str = "runs/run"
     progress: bool = True
     stop_after: int | None = None  # leave cleanly after this step (checkpoint, status "stopped")
+    # leave cleanly (checkpoint, status "stopped") after the first step that ends this many
+    # seconds after the run started: a run longer than one job slot continues in the next
+    stop_after_seconds: float | None = None
     threads: int = 0  # CPU intra-op threads (0: torch's default); part of the bit-exactness setup
     debug_nan_at_step: int | None = None  # test hook: the loss of this step is replaced by NaN
     fsdp: bool = False  # under torchrun: FSDP2 fully_shard instead of DDP (fsdp.py)
@@ -96,7 +99,8 @@ class TrainConfig:
     # of the step (tests/test_training_trainer.py runs a recipe with and without checks), so a
     # run resumes, or a grid reuses a complete arm, under another check cadence
     NON_IDENTITY = ("out", "progress", "keep_checkpoints", "device", "backend", "threads",
-                    "stop_after", "quant_time_every", "validate_every", "decompose")
+                    "stop_after", "stop_after_seconds", "quant_time_every", "validate_every",
+                    "decompose")
 
     # fields added after runs were made: left out of the identity at their default, so the
     # fingerprints of earlier runs (and their resumes) stay what they were
@@ -142,6 +146,9 @@ class TrainConfig:
         for k in ("eval_every", "ckpt_every", "validate_every", "quant_time_every"):
             if getattr(self, k) < 0:
                 raise TrainingConfigError(f"{k} must be >= 0")
+        if self.stop_after_seconds is not None and not self.stop_after_seconds >= 0:
+            raise TrainingConfigError(f"stop_after_seconds must be >= 0, got "
+                                      f"{self.stop_after_seconds}")
         if self.recipe == "bf16" and self.validate_every:
             raise TrainingConfigError("--validate-every needs a quantized recipe; bf16 has no MX "
                                       "layer to check")
@@ -444,22 +451,30 @@ def _generic_host_state(recipe) -> str | None:
     return None
 
 
-def _check_graphable(recipe, device: torch.device) -> None:
-    """--cuda-graph needs a GPU, and a recipe whose quantized GEMMs run on the fast path or,
-    on the generic path, take nothing from the host per step (no random signs, no SR: e.g.
-    ms-fp4, decomp-fixed; the generic path makes no host synchronization there)."""
-    if device.type != "cuda":
-        raise TrainingConfigError(f"--cuda-graph needs a CUDA device, not {device.type}")
-    if recipe.quantized:
-        from .mxlinear import fast_plan
+def graph_refusal(recipe) -> str | None:
+    """Why --cuda-graph cannot capture ``recipe``'s step, or None when it can: the fast-path
+    recipes and generic-path ones without per-step host state (no random signs, no SR: e.g.
+    ms-fp4, decomp-fixed; the generic path makes no host synchronization there) can."""
+    if not recipe.quantized:
+        return None
+    from .mxlinear import fast_plan
 
-        why = None if fast_plan(recipe) is not None else _generic_host_state(recipe)
-        if why:
-            raise TrainingConfigError(
-                f"--cuda-graph: recipe {recipe.name!r} runs on the generic MXLinear path with "
-                f"{why}, which a CUDA graph would replay unchanged; the fast-path recipes "
+    why = None if fast_plan(recipe) is not None else _generic_host_state(recipe)
+    if why:
+        return (f"recipe {recipe.name!r} runs on the generic MXLinear path with {why}, which a "
+                "CUDA graph would replay unchanged; the fast-path recipes "
                 "(mxkernels.training.mxlinear.fast_plan) and generic ones without per-step "
                 "host state can be graphed")
+    return None
+
+
+def _check_graphable(recipe, device: torch.device) -> None:
+    """--cuda-graph needs a GPU and a recipe :func:`graph_refusal` accepts."""
+    if device.type != "cuda":
+        raise TrainingConfigError(f"--cuda-graph needs a CUDA device, not {device.type}")
+    why = graph_refusal(recipe)
+    if why:
+        raise TrainingConfigError(f"--cuda-graph: {why}")
 
 
 class _StepGraph:
@@ -553,6 +568,7 @@ def train(cfg: TrainConfig) -> dict:
     TrainingCheckError when an in-run check fails and NonFiniteLossError on a NaN/inf loss;
     in both of the latter the last good checkpoint is kept and summary.json says why.
     """
+    t_begin = time.perf_counter()   # --stop-after-seconds counts the set-up too
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     device = pick_device(cfg.device)
@@ -563,12 +579,13 @@ def train(cfg: TrainConfig) -> dict:
     resolve_recipe(cfg.recipe, cfg.seed)  # unknown recipe: fail before loading anything
     out = Path(cfg.out)
     try:
-        return _train(cfg, out, device, dist)
+        return _train(cfg, out, device, dist, t_begin)
     finally:
         ddp.shutdown(dist)
 
 
-def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo) -> dict:
+def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo,
+           t_begin: float | None = None) -> dict:
     torch.manual_seed(cfg.seed)
     b = build(cfg, device, dist)
     identity = {"train": cfg.identity(), "recipe": b.recipe.to_dict(),
@@ -744,7 +761,11 @@ def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo
             if bar:
                 bar.update(1)
                 bar.set_postfix(loss=f"{loss:.4f}", tok_s=f"{cfg.tokens_per_step / dt:.3g}")
-            if cfg.stop_after is not None and step + 1 >= cfg.stop_after and not last_step:
+            if not last_step and (
+                    (cfg.stop_after is not None and step + 1 >= cfg.stop_after)
+                    or (cfg.stop_after_seconds is not None and ddp.any_rank(
+                        time.perf_counter() - (t_begin if t_begin is not None else t_run)
+                        >= cfg.stop_after_seconds, dist, device))):
                 if last_ckpt != step + 1:
                     _save(cfg, b, dist, ck_root, step + 1, fp)
                     last_ckpt = step + 1
@@ -922,11 +943,19 @@ def _summary(cfg, out, b, device, dist, status, error, last_val, step_times, wal
 
 
 def _cli_args(cfg: TrainConfig) -> list[str]:
+    """``mxref train`` options that rebuild ``cfg``: every field off its default, and always
+    --model and --out (the command requires them)."""
     out = []
     defaults = TrainConfig()
     for f in dataclasses.fields(cfg):
         v = getattr(cfg, f.name)
-        if f.name in ("progress", "debug_nan_at_step") or v == getattr(defaults, f.name):
+        if f.name in ("progress", "debug_nan_at_step") or v is None or v is False:
+            continue
+        if f.name in ("beta1", "beta2"):
+            if v != getattr(defaults, f.name):
+                raise TrainingConfigError(f"{f.name}={v} has no mxref train option")
+            continue
+        if v == getattr(defaults, f.name) and f.name not in ("model", "out"):
             continue
         flag = f"--{f.name.replace('_', '-')}"
         out += [flag] if v is True else [flag, str(v)]

@@ -1,0 +1,182 @@
+"""Experiment grids run as parallel processes within a time budget (issue 30 item 4):
+--stop-after-seconds, `experiment --jobs / --time-budget / --arms`, the medium scale's plan,
+the t intervals and the paired contrasts of compare."""
+import json
+import math
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from mxkernels.training import experiments as ex
+from mxkernels.training.compare import ci95, contrasts, t975
+from mxkernels.training.errors import TrainingConfigError
+from mxkernels.training.trainer import TrainConfig, train
+
+TINY = dict(model="llama-tiny", seq_len=32, batch_size=4, precision="fp32", threads=1,
+            eval_tokens=256, progress=False, lr=3e-3)
+
+
+def _losses(run):
+    return [json.loads(line)["loss"] for line in (Path(run) / "log.jsonl").read_text().splitlines()]
+
+
+def test_stop_after_seconds_leaves_with_a_checkpoint_and_resumes_bit_identically(tmp_path):
+    kw = dict(TINY, recipe="mxfp4-fdw", tokens=128 * 4)
+    train(TrainConfig(out=str(tmp_path / "ref"), **kw))
+    s = train(TrainConfig(out=str(tmp_path / "r"), stop_after_seconds=0, **kw))
+    assert s["status"] == "stopped" and s["last_checkpoint_step"] == 1
+    assert (tmp_path / "r" / "checkpoints").is_dir()
+    s = train(TrainConfig(out=str(tmp_path / "r"), stop_after_seconds=3600, **kw))
+    assert s["status"] == "complete" and s["resumed_from_step"] == 1
+    assert _losses(tmp_path / "r") == _losses(tmp_path / "ref")
+
+
+def test_negative_stop_after_seconds_is_a_typed_error(tmp_path):
+    with pytest.raises(TrainingConfigError, match="stop_after_seconds"):
+        train(TrainConfig(out=str(tmp_path / "x"), stop_after_seconds=-1, tokens=256, **TINY))
+    assert not (tmp_path / "x").exists()
+
+
+def test_cli_args_always_name_the_model_and_the_run_directory():
+    from mxkernels.training.trainer import _cli_args
+
+    a = _cli_args(TrainConfig())           # every field at its default
+    assert a[a.index("--model") + 1] == "llama-tiny" and a[a.index("--out") + 1] == "runs/run"
+    with pytest.raises(TrainingConfigError, match="beta1"):
+        _cli_args(TrainConfig(beta1=0.8))  # no option would carry it: refused, not dropped
+
+
+def test_parallel_grid_runs_what_was_planned_and_a_budget_slices_it(tmp_path):
+    """Two arms as two child processes: each run directory holds the planned config, and
+    its losses equal an in-process run of the same config bit for bit. A budget that leaves
+    nothing after the stop margin stops both after one step; the same call without a budget
+    resumes them to the uninterrupted losses."""
+    over = dict(tokens=64 * 16 * 3, threads=1)
+    arms = ["bf16", "mxfp4-fdw"]
+    ref = ex.plan("amd", "tiny", [0], tmp_path / "ref", arms=arms, **over)
+    for c in ref:
+        c.progress = False
+        train(c)
+    grid = tmp_path / "grid"
+    rep = ex.run_experiment("amd", "tiny", [0], grid, arms=arms, jobs=2, min_start_s=0,
+                            time_budget=ex.STOP_MARGIN_S, **over)
+    assert rep["arm_status"] == {"bf16-s0": "stopped", "mxfp4-fdw-s0": "stopped"}
+    assert ex.exit_code(rep) == 0
+    for name in rep["arm_status"]:
+        s = json.loads((grid / name / "summary.json").read_text())
+        assert s["steps_done"] == 1 and s["last_checkpoint_step"] == 1
+    rep = ex.run_experiment("amd", "tiny", [0], grid, arms=arms, jobs=2, **over)
+    assert rep["arm_status"] == {"bf16-s0": "complete", "mxfp4-fdw-s0": "complete"}
+    for c in ref:
+        name = Path(c.out).name
+        got = json.loads((grid / name / "config.json").read_text())["identity"]["train"]
+        assert got == c.identity()
+        assert _losses(grid / name) == _losses(c.out)
+    log = (grid / "logs" / "mxfp4-fdw-s0.log").read_text()
+    assert log.count("== ") == 2 and "--stop-after-seconds" in log   # both slices logged
+    assert [r["a"] for r in rep["contrasts"]] == []   # no second quantized arm to contrast
+    exp = json.loads((grid / "experiment.json").read_text())
+    assert exp["jobs"] == 2 and exp["arms_run"] == ["bf16-s0", "mxfp4-fdw-s0"]
+
+
+def test_an_exhausted_budget_starts_nothing_and_says_so(tmp_path):
+    with pytest.raises(TrainingConfigError, match="no arm of 'amd' has started"):
+        ex.run_experiment("amd", "tiny", [0], tmp_path, arms=["bf16"], jobs=2, time_budget=0)
+    arms = json.loads((tmp_path / "experiment.json").read_text())["arms"]
+    assert arms[0]["status"] == "not started" and "time budget" in arms[0]["error"]
+
+
+def test_parallel_slots_never_share_a_gpu(tmp_path, monkeypatch):
+    """Six runs on three "GPUs", three at a time: every run holds its slot to the end, so
+    no two running at once have the same GPU (a pool that assigns GPU i % n by position
+    would put a late run next to a slow one)."""
+    import torch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 3)
+    lock, running, seen = threading.Lock(), {}, []
+
+    def fake(cfg, gpu, logdir, deadline, min_start_s, cpu_threads):
+        with lock:
+            assert gpu not in running.values(), (gpu, running)
+            running[cfg.out] = gpu
+            seen.append(gpu)
+        time.sleep(0.05 if cfg.seed % 2 else 0.2)   # uneven lengths
+        with lock:
+            del running[cfg.out]
+        return {"run": cfg.out, "gpu": gpu, "status": "complete"}
+
+    monkeypatch.setattr(ex, "_run_child", fake)
+    cfgs = [TrainConfig(out=str(tmp_path / f"r{i}"), seed=i) for i in range(6)]
+    res = ex._run_parallel(cfgs, tmp_path, 3, None, 0)
+    assert [r["run"] for r in res] == [c.out for c in cfgs] and sorted(set(seen)) == [0, 1, 2]
+
+
+def test_arm_subsets_and_the_medium_scale_plan(tmp_path):
+    cfgs = ex.plan("amd", "medium", [0, 1], tmp_path,
+                   arms=["mxfp4-fdw-h16", "bf16", "mxfp4-fd", "mxfp4-fdw"], validate_every=1000)
+    assert [(c.recipe, c.seed) for c in cfgs][:4] == [
+        ("bf16", 0), ("mxfp4-fd", 0), ("mxfp4-fdw", 0), ("mxfp4-fdw-h16", 0)]  # grid order
+    c = cfgs[0]
+    assert (c.model, c.seq_len, c.batch_size) == ("llama-125m", 1024, 32)
+    assert c.tokens >= 100_000_000 and c.total_steps * c.tokens_per_step == c.tokens
+    assert all(c.cuda_graph for c in cfgs) and cfgs[0].validate_every == 0
+    ms = {c.recipe: c for c in ex.plan("ms-fp4", "medium", [0], tmp_path)}
+    assert ms["ms-fp4"].cuda_graph and not ms["ms-fp4-dge-mean"].cuda_graph  # DGE constant
+    with pytest.raises(TrainingConfigError, match="not in the 'amd' grid"):
+        ex.plan("amd", "medium", [0], tmp_path, arms=["ms-fp4"])
+
+
+def test_t_quantiles_and_intervals():
+    assert t975(1) == 12.706 and t975(30) == 2.042
+    assert abs(t975(31) - 2.0395) < 2e-4 and abs(t975(1000) - 1.9623) < 1e-4
+    with pytest.raises(ValueError):
+        t975(0)
+    c = ci95([1.0, 3.0])
+    assert c["mean"] == 2.0 and c["n"] == 2 and math.isclose(c["ci95"], 12.706)
+    assert ci95([0.5])["ci95"] is None and ci95([None]) is None
+    scipy = pytest.importorskip("scipy.stats")
+    for df in (1, 2, 5, 12, 30, 31, 45, 200):
+        assert abs(t975(df) - scipy.t.ppf(0.975, df)) < 5e-4
+
+
+def test_contrasts_pair_per_seed_and_skip_incomplete_runs():
+    def row(recipe, seed, val, tail, status="complete"):
+        return {"recipe": recipe, "seed": seed, "dL_val": val, "dL_train_tail": tail,
+                "status": status}
+
+    report = {"runs": [row("a", 0, 0.30, 0.20), row("b", 0, 0.10, 0.05),
+                       row("a", 1, 0.40, 0.30), row("b", 1, 0.10, 0.10),
+                       row("a", 2, 9.0, 9.0), row("b", 2, 0.0, 0.0, status="stopped")]}
+    (c,) = contrasts(report, [("a", "b", "a's extra loss"), ("a", "missing", "none")])
+    assert [d["seed"] for d in c["per_seed"]] == [0, 1]           # seed 2: b incomplete
+    assert math.isclose(c["dL_val"]["mean"], 0.25)
+    assert math.isclose(c["dL_val"]["ci95"], 12.706 * math.sqrt(0.005) / math.sqrt(2))
+    assert math.isclose(c["dL_train_tail"]["mean"], 0.175)
+
+
+def test_experiment_exit_codes():
+    def rep(*st):
+        return {"arm_status": {f"r{i}": s for i, s in enumerate(st)}}
+
+    assert ex.exit_code(rep("complete", "stopped", "not started")) == 0
+    assert ex.exit_code(rep("complete", "check_failed", "crashed")) == 3
+    assert ex.exit_code(rep("complete", "nonfinite_loss")) == 4
+    assert ex.exit_code(rep("complete", "killed")) == 1
+    assert ex.exit_code(rep("no summary")) == 1
+
+
+def test_experiment_command_fails_when_an_arm_failed_its_check(tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from mxref.cli import main
+
+    def fake(*a, **k):
+        return {"runs": [], "by_recipe": [], "arm_status": {"bf16-s0": "complete",
+                                                            "mxfp4-fdw-s0": "check_failed"}}
+
+    monkeypatch.setattr(ex, "run_experiment", fake)
+    r = CliRunner().invoke(main, ["train", "experiment", "amd", "--out", str(tmp_path)])
+    assert r.exit_code == 3 and "mxfp4-fdw-s0 (check_failed)" in r.output
