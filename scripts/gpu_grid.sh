@@ -17,6 +17,9 @@ MODE=${1:?usage: scripts/gpu_grid.sh start|wait OUTDIR NAME ...}
 OUT=${2:?outdir}; NAME=${3:?name}; shift 3
 source "$(dirname "$0")/gpu_parts.sh"
 export MXREF_NUMBA_CACHE=1
+# `mxref train` is an entry point (mxref.commands): the checkout must be installed
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$OUT/pip.log" 2>&1 \
+  || echo "pip install -e . failed (see pip.log): mxref train needs the entry points" >&2
 ROOT=${GRID_ROOT:-/var/tmp/mxref_grid}
 SCALE=${GRID_SCALE:-medium}   # GRID_SCALE=tiny GRID_JOBS=2: a CPU rehearsal of the mechanics
 DIR=$ROOT/${NAME}_$SCALE
