@@ -123,6 +123,7 @@ def test_arm_subsets_and_the_medium_scale_plan(tmp_path):
     assert (c.model, c.seq_len, c.batch_size) == ("llama-125m", 1024, 32)
     assert c.tokens >= 100_000_000 and c.total_steps * c.tokens_per_step == c.tokens
     assert all(c.cuda_graph for c in cfgs) and cfgs[0].validate_every == 0
+    assert c.corpus == "python"     # the stdlib alone was 9.5 epochs of 100M tokens
     ms = {c.recipe: c for c in ex.plan("ms-fp4", "medium", [0], tmp_path)}
     assert ms["ms-fp4"].cuda_graph and not ms["ms-fp4-dge-mean"].cuda_graph  # DGE constant
     with pytest.raises(TrainingConfigError, match="not in the 'amd' grid"):
@@ -180,3 +181,87 @@ def test_experiment_command_fails_when_an_arm_failed_its_check(tmp_path, monkeyp
     monkeypatch.setattr(ex, "run_experiment", fake)
     r = CliRunner().invoke(main, ["train", "experiment", "amd", "--out", str(tmp_path)])
     assert r.exit_code == 3 and "mxfp4-fdw-s0 (check_failed)" in r.output
+
+
+def _fake_run(path, recipe, seed, val, losses, train_tokens=1000):
+    """A run directory with eval points ``val`` ([(step, loss)]) and per-step ``losses``."""
+    path.mkdir(parents=True)
+    cfg = {"recipe": {"name": recipe}, "corpus": {"sha256": "c", "train_tokens": train_tokens},
+           "train": {"seed": seed, "model": "m", "seq_len": 1, "batch_size": 1, "tokens": 9}}
+    (path / "config.json").write_text(json.dumps(cfg))
+    (path / "summary.json").write_text(json.dumps({"status": "complete"}))
+    vals = dict(val)
+    (path / "log.jsonl").write_text("".join(
+        json.dumps({"step": i, "tokens": 100 * (i + 1), "loss": float(x),
+                    **({"val_loss": vals[i]} if i in vals else {})}) + "\n"
+        for i, x in enumerate(losses)))
+
+
+def test_compare_reads_dl_at_the_baselines_best_point_and_flags_overfitting(tmp_path):
+    """A baseline that memorizes: its validation loss falls to 1.0 at step 4, then rises to
+    2.0. The recipe is 0.1 worse at that point and better at the end; the report gives both,
+    the contrast pairs them per seed, and the markdown says the baseline overfits."""
+    from mxkernels.training.compare import compare_runs, markdown_table
+
+    losses = [3.0 - 0.2 * i for i in range(10)]
+    for seed in (0, 1):
+        _fake_run(tmp_path / f"b{seed}", "bf16", seed, [(1, 2.0), (4, 1.0), (9, 2.0)], losses)
+        _fake_run(tmp_path / f"q{seed}", "mxfp4-fdw", seed,
+                  [(1, 2.2), (4, 1.1 + 0.01 * seed), (9, 1.5)], losses)
+        _fake_run(tmp_path / f"h{seed}", "mxfp4-fdw-h16", seed,
+                  [(1, 2.1), (4, 1.05), (9, 1.6)], losses)
+    rep = compare_runs(sorted(tmp_path.iterdir()))
+    row = next(r for r in rep["runs"] if r["recipe"] == "mxfp4-fdw" and r["seed"] == 0)
+    assert math.isclose(row["dL_val"], -0.5) and math.isclose(row["dL_val_at_bf16_best"], 0.1)
+    assert row["bf16_val_best_tokens"] == 500 and math.isclose(row["bf16_val_rise"], 1.0)
+    assert math.isclose(row["epochs"], 1.0)                      # 1000 tokens of 1000
+    agg = next(a for a in rep["by_recipe"] if a["recipe"] == "mxfp4-fdw")
+    assert math.isclose(agg["dL_val_at_bf16_best_mean"], 0.105)
+    (c,) = contrasts(rep, [("mxfp4-fdw-h16", "mxfp4-fdw", "H16 - FDW")])
+    assert [round(d["dL_val_at_bf16_best"], 6) for d in c["per_seed"]] == [-0.05, -0.06]
+    md = markdown_table({**rep, "contrasts": [c]})
+    assert "The baseline overfits" in md and "at bf16's best" in md
+    assert "-0.0550 ± 0.0635" in md     # mean -0.055, 12.706 x 0.00707 / 1.414
+
+
+def test_compare_command_adds_a_grids_contrasts(tmp_path):
+    from click.testing import CliRunner
+
+    from mxref.cli import main
+
+    losses = [3.0, 2.0, 1.5]
+    for seed in (0, 1):
+        _fake_run(tmp_path / f"b{seed}", "bf16", seed, [(2, 1.0)], losses)
+        _fake_run(tmp_path / f"f{seed}", "mxfp4-fd", seed, [(2, 1.1)], losses)
+        _fake_run(tmp_path / f"w{seed}", "mxfp4-fdw", seed, [(2, 1.3)], losses)
+    runs = [str(p) for p in sorted(tmp_path.iterdir())]
+    r = CliRunner().invoke(main, ["train", "compare", *runs, "--grid", "amd", "--json",
+                                  "--out", str(tmp_path / "cmp")])
+    assert r.exit_code == 0, r.output
+    (c,) = json.loads(r.output)["contrasts"]
+    assert (c["a"], c["b"]) == ("mxfp4-fdw", "mxfp4-fd")
+    assert math.isclose(c["dL_val"]["mean"], 0.2) and c["dL_val"]["n"] == 2
+    r = CliRunner().invoke(main, ["train", "compare", *runs, "--grid", "nope"])
+    assert r.exit_code == 2 and "unknown grid 'nope'" in r.output
+
+
+def test_python_corpus_is_the_stdlib_then_each_site_directory(tmp_path, monkeypatch):
+    from mxkernels.training import data
+
+    std, site = tmp_path / "std", tmp_path / "site"
+    (std / "site-packages" / "x").mkdir(parents=True)
+    (std / "site-packages" / "x" / "dup.py").write_text("never twice")  # pruned under stdlib
+    (std / "os.py").write_text("import sys\n")
+    (site / "pkg" / "__pycache__").mkdir(parents=True)
+    (site / "pkg" / "mod.py").write_text("def f():\n    return 1\n")
+    (site / "pkg" / "__pycache__" / "mod.py").write_text("stale")
+    (site / "pkg" / "data.txt").write_text("not python")
+    monkeypatch.setattr(data, "stdlib_root", lambda: std)
+    monkeypatch.setattr(data, "site_roots", lambda: [std / "site-packages", site])
+    c = data.load_corpus("python", val_fraction=0.01)
+    text = bytes(c.train.tolist()) + bytes(c.val.tolist())
+    assert c.source == "python" and c.n_documents == 3
+    assert text.count(b"never twice") == 1 and b"stale" not in text and b"not python" not in text
+    assert text.index(b"import sys") < text.index(b"never twice") < text.index(b"def f()")
+    assert c.info["site_roots"] == [str(std / "site-packages"), str(site)]
+    assert data.load_corpus("stdlib", val_fraction=0.01).n_documents == 1

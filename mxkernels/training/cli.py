@@ -70,7 +70,8 @@ def _train_options(f):
                      show_default=True, help="MXLinear quantizer backend."),
         click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:1"),
         click.option("--corpus", default="stdlib", show_default=True,
-                     help="'stdlib', a text file or directory, or a .npy of token ids."),
+                     help="'stdlib', 'python' (stdlib + site-packages .py files), a text file or "
+                          "directory, or a .npy of token ids."),
         click.option("--val-fraction", type=float, default=0.02, show_default=True),
         click.option("--eval-every", type=click.IntRange(0), default=0, show_default=True,
                      help="Validation loss every N steps (0: at the end only)."),
@@ -189,20 +190,29 @@ def _num(v):
 @click.argument("runs", nargs=-1, required=True, type=click.Path(exists=True, file_okay=False))
 @click.option("--out", "-o", type=click.Path(file_okay=False),
               help="Write compare.json/.md/.png here (default: the parent of the first run).")
+@click.option("--grid", default=None,
+              help="Add this experiment grid's paired contrasts (amd, decomp, ms-fp4, "
+                   "hopper-moe).")
+@click.option("--title", default="", help="Title of the plot.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def compare_cmd(runs, out, as_json):
+def compare_cmd(runs, out, grid, title, as_json):
     """dL versus the bf16 run of the same seed: final, smoothed, extra tokens, curves."""
-    from .compare import compare_runs, markdown_table, public, write_compare
+    from .compare import compare_runs, contrasts, markdown_table, public, write_compare
+    from .experiments import CONTRASTS
 
+    if grid is not None and grid not in CONTRASTS:
+        _fail(f"unknown grid {grid!r}; known: {', '.join(CONTRASTS)}", EXIT_USAGE)
     try:
         report = compare_runs(runs)
     except MXRefError as e:
         _fail(str(e), EXIT_USAGE)
+    if grid is not None:
+        report["contrasts"] = contrasts(report, CONTRASTS[grid])
     if not report["baselines"]:
         _fail("no bf16 run among the arguments: dL needs a baseline (train one with "
               "--recipe bf16 and the same model, seed, data and budget)", EXIT_USAGE)
     dest = Path(out) if out else Path(runs[0]).resolve().parent
-    files = write_compare(report, dest)
+    files = write_compare(report, dest, title=title)
     if as_json:
         click.echo(json.dumps({**public(report), "files": files}, indent=2))
         return

@@ -25,6 +25,14 @@ Metrics per run (all losses in nats per token):
 * ``step_time_ratio`` / ``peak_mem_ratio``: from the run summaries (separate runs; for a
   same-process measurement use bench/train_step.py).
 
+* ``dL_val_at_bf16_best``: at the evaluation where the baseline's validation loss was
+  lowest, the run's validation loss minus the baseline's (same tokens, same batches);
+  ``dL_val_best``: the run's lowest validation loss minus the baseline's lowest. When the
+  corpus is repeated for many epochs the baseline overfits (its validation loss rises after
+  its best point: ``bf16_val_rise``) and the final ``dL_val`` then measures how much a recipe
+  slows memorization, not its accuracy; these two do not.
+* ``epochs``: training tokens over the corpus's training tokens.
+
 Over seeds, ``dL_val`` and ``dL_train_tail`` get a two-sided 95% Student t interval
 (``*_ci95``: the half-width, mean +- half-width; None for one seed). With two seeds t = 12.7:
 an honest interval is wide. :func:`contrasts` pairs two recipes seed by seed (their difference
@@ -186,6 +194,16 @@ def compare_pair(run: dict, base: dict) -> dict:
         row["bf16_val_loss"] = base["val"][-1][1]
         if run["val"][-1][0] == base["val"][-1][0]:
             row["dL_val"] = row["final_val_loss"] - row["bf16_val_loss"]
+        bv, rv = dict(base["val"]), dict(run["val"])
+        t_best = min(bv, key=bv.get)
+        row.update({"bf16_val_best": bv[t_best], "bf16_val_best_tokens": int(t_best),
+                    "bf16_val_rise": base["val"][-1][1] - bv[t_best],
+                    "dL_val_best": min(rv.values()) - bv[t_best]})
+        if t_best in rv:
+            row["dL_val_at_bf16_best"] = rv[t_best] - bv[t_best]
+    train_tokens = (run["config"].get("corpus") or {}).get("train_tokens")
+    if train_tokens:
+        row["epochs"] = float(run["tokens"][-1]) / train_tokens if len(run["tokens"]) else 0.0
     rsum, bsum = run["summary"], base["summary"]
     if rsum.get("median_step_time_s") and bsum.get("median_step_time_s"):
         row["step_time_ratio"] = rsum["median_step_time_s"] / bsum["median_step_time_s"]
@@ -222,11 +240,15 @@ def compare_runs(paths) -> dict:
         extras = [x.get("extra_tokens_frac") for x in rs]
         isos = [x.get("extra_tokens_frac_iso") for x in rs]
         cv, ct = ci95(vals), ci95(tails)
+        cb = ci95(x.get("dL_val_at_bf16_best") for x in rs)
         agg.append({"recipe": recipe, "seeds": sorted(x["seed"] for x in rs),
                     "dL_val_mean": float(np.mean(vals)) if vals else None,
                     "dL_val_std": float(np.std(vals, ddof=1)) if len(vals) > 1 else None,
                     "dL_val_ci95": cv["ci95"] if cv else None,
                     "dL_train_tail_ci95": ct["ci95"] if ct else None,
+                    "dL_val_at_bf16_best_mean": cb["mean"] if cb else None,
+                    "dL_val_at_bf16_best_ci95": cb["ci95"] if cb else None,
+                    "epochs_max": max((x.get("epochs") or 0.0 for x in rs), default=0.0),
                     "dL_train_tail_mean": float(np.mean(tails)) if tails else None,
                     "extra_tokens_frac_mean": float(np.mean(extras))
                     if extras and all(e is not None for e in extras) else None,
@@ -271,6 +293,9 @@ def ci95(values) -> dict | None:
             "ci95": t975(n - 1) * sd / math.sqrt(n) if n > 1 else None}
 
 
+CONTRAST_KEYS = ("dL_val", "dL_train_tail", "dL_val_at_bf16_best")
+
+
 def contrasts(report: dict, pairs) -> list[dict]:
     """For each (a, b, what): per seed, dL(a) - dL(b) (val and train tail; the shared bf16
     run cancels, so this is a's loss minus b's), then mean and 95% t interval over the seeds
@@ -286,15 +311,14 @@ def contrasts(report: dict, pairs) -> list[dict]:
             if ra.get("status") != "complete" or rb.get("status") != "complete":
                 continue
             d = {"seed": s}
-            for k in ("dL_val", "dL_train_tail"):
+            for k in CONTRAST_KEYS:
                 if ra.get(k) is not None and rb.get(k) is not None:
                     d[k] = ra[k] - rb[k]
             per_seed.append(d)
         if not per_seed:
             continue
         out.append({"a": a, "b": b, "what": what, "per_seed": per_seed,
-                    "dL_val": ci95(d.get("dL_val") for d in per_seed),
-                    "dL_train_tail": ci95(d.get("dL_train_tail") for d in per_seed)})
+                    **{k: ci95(d.get(k) for d in per_seed) for k in CONTRAST_KEYS}})
     return out
 
 
@@ -342,18 +366,41 @@ def markdown_table(report: dict) -> str:
                      f" | {extra} | "
                      f"{_fmt(a['step_time_ratio_mean'], '.2f')} | "
                      f"{_fmt(a['peak_mem_ratio_mean'], '.3f')} | {', '.join(a['statuses'])} |")
+    best = [a for a in report["by_recipe"] if a.get("dL_val_at_bf16_best_mean") is not None]
+    if best:
+        lines += ["", "dL val at the evaluation where bf16's validation loss was lowest "
+                  "(mean over seeds ± 95% t half-width):", "",
+                  "| recipe | dL val at bf16's best | epochs |", "|---|---|---|"]
+        for a in best:
+            ci = a.get("dL_val_at_bf16_best_ci95")
+            lines.append(f"| {a['recipe']} | {_fmt(a['dL_val_at_bf16_best_mean'])}"
+                         f"{' ± ' + format(ci, '.4f') if ci else ''} | "
+                         f"{_fmt(a.get('epochs_max'), '.2f')} |")
+    rose = [r for r in report["runs"] if r.get("bf16_val_rise") is not None and
+            r["bf16_val_rise"] > 0.02 * abs(r["bf16_val_best"])]
+    if rose:
+        worst = max(rose, key=lambda r: r["bf16_val_rise"])
+        lines += ["", f"**The baseline overfits**: bf16's validation loss rose by up to "
+                  f"{worst['bf16_val_rise']:.3f} after its best point "
+                  f"({worst['bf16_val_best']:.3f} at {worst['bf16_val_best_tokens']:,} tokens; "
+                  f"{_fmt(worst.get('epochs'), '.1f')} epochs in all). The final dL val then "
+                  "measures how much a recipe slows memorization, not its accuracy: read dL "
+                  "val at bf16's best."]
     if any(a.get("dL_val_ci95") for a in report["by_recipe"]):
         lines += ["", "± is the 95% Student t half-width over seeds (t = 12.7 for two seeds)."]
     cons = report.get("contrasts") or []
     if cons:
         lines += ["", "Contrasts: a - b paired per seed (the same bf16 run cancels); mean ± 95% t "
                   "half-width over seeds:", "",
-                  "| a - b | what | seeds | d val loss | d train loss (last 10%) | per seed (val) |",
-                  "|---|---|---|---|---|---|"]
+                  "| a - b | what | seeds | d val loss (final) | d val loss at bf16's best | "
+                  "d train loss (last 10%) | per seed (final val; at bf16's best) |",
+                  "|---|---|---|---|---|---|---|"]
         for c in cons:
-            per = ", ".join(f"s{d['seed']} {_fmt(d.get('dL_val'))}" for d in c["per_seed"])
+            per = ", ".join(f"s{d['seed']} {_fmt(d.get('dL_val'))}; "
+                            f"{_fmt(d.get('dL_val_at_bf16_best'))}" for d in c["per_seed"])
             lines.append(f"| {c['a']} - {c['b']} | {c['what']} | {len(c['per_seed'])} | "
-                         f"{_pm(c['dL_val'])} | {_pm(c['dL_train_tail'])} | {per} |")
+                         f"{_pm(c['dL_val'])} | {_pm(c.get('dL_val_at_bf16_best'))} | "
+                         f"{_pm(c['dL_train_tail'])} | {per} |")
     status = report.get("arm_status") or {}
     unfinished = {k: v for k, v in status.items() if v != "complete"}
     if unfinished:

@@ -7,6 +7,11 @@ Corpus sources (``corpus=`` of :func:`load_corpus`):
   bytes in sorted POSIX path order. Present offline on every machine with Python; its SHA-256
   is recorded in the run so that two runs can be checked to have seen the same text (it
   differs between Python versions, so compare runs made with the same interpreter).
+* ``"python"``: the standard library as above (paths under ``stdlib/``) and then every ``.py``
+  file of the interpreter's site-packages (:func:`site_roots`, paths under ``site/``,
+  ``site1/``, ...): about 10x the standard library on a machine with torch, so that a 100M-token
+  run is not many epochs of the same text. It depends on what is installed: pair runs made on
+  the same machine image (the SHA-256 says whether two runs read the same text).
 * a ``.txt`` (or any other text) file, or a directory of ``.txt``/``.py``/``.md`` files: bytes.
 * a ``.npy`` file of non-negative integer token ids, one-dimensional (already tokenized).
 
@@ -72,14 +77,30 @@ def stdlib_root() -> Path:
     return Path(sysconfig.get_paths()["stdlib"])
 
 
-def _directory_files(root: Path, suffixes) -> list[tuple[str, Path]]:
+def site_roots() -> list[Path]:
+    """The interpreter's site-packages directories: sysconfig's purelib and platlib, then
+    site.getsitepackages() (Debian's dist-packages); existing, distinct, in that order."""
+    import site
+
+    roots = []
+    cands = [sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    cands += list(getattr(site, "getsitepackages", lambda: [])())
+    for c in cands:
+        p = Path(c)
+        if p.is_dir() and all(p.resolve() != r.resolve() for r in roots):
+            roots.append(p)
+    return roots
+
+
+def _directory_files(root: Path, suffixes, prefix: str = "",
+                     skip=_SKIP_PARTS) -> list[tuple[str, Path]]:
     files = []
     for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d not in _SKIP_PARTS]  # prune site-packages
+        dirnames[:] = sorted(d for d in dirnames if d not in skip)  # prune site-packages
         for fn in filenames:
             p = Path(dirpath) / fn
             if p.suffix in suffixes and p.is_file():
-                files.append((p.relative_to(root).as_posix(), p))
+                files.append((prefix + p.relative_to(root).as_posix(), p))
     files.sort(key=lambda t: t[0])
     return files
 
@@ -89,8 +110,9 @@ def _is_val_document(relpath: str, val_fraction: float) -> bool:
     return h < val_fraction * 2.0**64
 
 
-def _load_directory(root: Path, suffixes, val_fraction: float, source: str) -> Corpus:
-    files = _directory_files(root, suffixes)
+def _load_directory(root: Path, suffixes, val_fraction: float, source: str,
+                    files=None) -> Corpus:
+    files = _directory_files(root, suffixes) if files is None else files
     if not files:
         raise DataError(f"corpus directory {root} holds no {'/'.join(suffixes)} files")
     digest = hashlib.sha256()
@@ -133,6 +155,13 @@ def load_corpus(corpus: str = "stdlib", val_fraction: float = 0.02,
         raise DataError(f"val_fraction must lie in (0, 0.5), got {val_fraction}")
     if corpus == "stdlib":
         return _load_directory(stdlib_root(), (".py",), val_fraction, "stdlib")
+    if corpus == "python":
+        files = _directory_files(stdlib_root(), (".py",), "stdlib/")
+        for i, root in enumerate(site_roots()):
+            files += _directory_files(root, (".py",), f"site{i or ''}/", skip=("__pycache__",))
+        c = _load_directory(stdlib_root(), (".py",), val_fraction, "python", files=files)
+        c.info["site_roots"] = [str(r) for r in site_roots()]
+        return c
     path = Path(corpus)
     if not path.exists():
         raise DataError(f"corpus {corpus!r} is neither 'stdlib' nor an existing file or directory")

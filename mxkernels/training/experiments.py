@@ -89,12 +89,16 @@ SCALES = {
              "note": "CPU smoke scale: llama-tiny (0.43M), 100 steps of 1024 tokens, fp32"},
     "small": {"size": "30m", "tokens": 20_000_000, "seq_len": 512, "batch_size": 64,
               "eval_every": 100, "eval_tokens": 262_144, "note": "one GPU, minutes per arm"},
-    # issue 30: llama-125m, 100,007,936 tokens (3,052 steps of 32 x 1024; about 3.2 epochs of
-    # the stdlib corpus's bytes), the whole validation stream (capped at 512 windows), one GPU
-    # per arm, graphed where the recipe allows it (plan() drops the graph for the others)
+    # issue 30: llama-125m, 100,007,936 tokens (3,052 steps of 32 x 1024), 512 validation
+    # windows, one GPU per arm, graphed where the recipe allows it (plan() drops the graph for
+    # the others). The corpus is the interpreter's stdlib + site-packages: the stdlib alone is
+    # 10.5M bytes on the lent GPU image, so 100M tokens were 9.5 epochs and bf16 overfit
+    # (bench/results/train/amd_medium_stdlib)
     "medium": {"size": "125m", "tokens": 32 * 1024 * 3052, "seq_len": 1024, "batch_size": 32,
                "eval_every": 250, "eval_tokens": 524_288, "ckpt_every": 500, "cuda_graph": True,
-               "note": "llama-125m, 100M tokens, seq 1024 x 32, graphed, one GPU per arm"},
+               "corpus": "python",
+               "note": "llama-125m, 100M tokens, seq 1024 x 32, stdlib + site-packages, "
+                       "graphed, one GPU per arm"},
     "anchor": {"size": "30m", "tokens": 262_144 * 2900, "seq_len": 512, "batch_size": 512,
                "grad_accum": 8, "eval_every": 250, "eval_tokens": 1_048_576,
                "note": "training_anchors C.0 30M at D/N ~ 25 (about 0.76B tokens), hours"},
