@@ -265,3 +265,64 @@ def test_python_corpus_is_the_stdlib_then_each_site_directory(tmp_path, monkeypa
     assert text.index(b"import sys") < text.index(b"never twice") < text.index(b"def f()")
     assert c.info["site_roots"] == [str(std / "site-packages"), str(site)]
     assert data.load_corpus("stdlib", val_fraction=0.01).n_documents == 1
+
+
+def _records(run):
+    out = []
+    for line in (Path(run) / "checks.jsonl").read_text().splitlines():
+        d = json.loads(line)
+        d.pop("check_time_s")
+        out.append(d)
+    return out
+
+
+def test_background_checks_write_the_same_records_and_change_no_bit(tmp_path, monkeypatch):
+    """The background-thread checks (automatic on a one-process CUDA run, forced here) give
+    the records of the inline ones, in order, and the same losses bit for bit."""
+    from mxkernels.training import trainer
+
+    kw = dict(TINY, recipe="mxfp4-fdw-rht", tokens=64 * 4, seq_len=32, batch_size=2,
+              validate_every=2, decompose=True, ckpt_every=3)
+    monkeypatch.setattr(trainer, "ASYNC_CHECKS", False)
+    train(TrainConfig(out=str(tmp_path / "inline"), **kw))
+    monkeypatch.setattr(trainer, "ASYNC_CHECKS", True)
+    s = train(TrainConfig(out=str(tmp_path / "bg"), **kw))
+    assert s["status"] == "complete"
+    got = _records(tmp_path / "bg")
+    assert got == _records(tmp_path / "inline") and {d["step"] for d in got} == {0, 2}
+    assert (tmp_path / "bg" / "decomp.jsonl").read_text() == \
+        (tmp_path / "inline" / "decomp.jsonl").read_text()
+    assert _losses(tmp_path / "bg") == _losses(tmp_path / "inline")
+
+
+def test_a_failed_background_check_stops_the_run_before_any_later_checkpoint(tmp_path,
+                                                                             monkeypatch):
+    """A planted failure in the second check (step 2), slow enough that the loop goes on to
+    step 3: the checkpoint due after step 3 waits for the check, so the run stops there with
+    check_failed, its records written and no checkpoint taken after the failed step."""
+    from mxkernels.training import trainer, validate
+
+    calls = []
+
+    def planted(layer, **kw):
+        calls.append(layer.name)
+        bad = len(calls) == 2
+        if bad:
+            time.sleep(1.0)
+        return [validate.CheckRecord(layer.name, "fprop", "x", "mxfp4", "ocp", 64,
+                                     5 if bad else 0, not bad, "planted" if bad else "ok")]
+
+    monkeypatch.setattr(validate, "check_capture", planted)
+    monkeypatch.setattr(trainer, "ASYNC_CHECKS", True)
+    run = tmp_path / "bg"
+    with pytest.raises(trainer.TrainingCheckError, match="step 2"):
+        train(TrainConfig(out=str(run), **{**TINY, "recipe": "mxfp4-f", "tokens": 64 * 8,
+                                           "seq_len": 32, "batch_size": 2, "ckpt_every": 4,
+                                           "validate_every": 2}))
+    recs = _records(run)
+    assert [(d["step"], d["ok"]) for d in recs] == [(0, True), (2, False)]
+    s = json.loads((run / "summary.json").read_text())
+    assert s["status"] == "check_failed" and s["last_checkpoint_step"] is None
+    assert [json.loads(x)["step"] for x in (run / "log.jsonl").read_text().splitlines()] == \
+        [0, 1, 2, 3]                   # steps 3 ran while the check of step 2 did
+    assert not list((run / "checkpoints").glob("step*"))
