@@ -32,6 +32,9 @@ if [ "$MODE" = start ]; then
   NG=${GRID_JOBS:-$(nvidia-smi -L | wc -l)}
   echo "start: $NAME seeds $SEEDS arms $ARMS on $NG GPUs, budget ${BUDGET}s; in $DIR:" \
        "$(ls "$DIR" | tr '\n' ' ')" | tee -a "$DIR/grid.log"
+  # the corpus the scale reads, counted once here (each run records its SHA-256 and size)
+  python3 -c 'from mxkernels.training.data import load_corpus as L; import json
+d = L("python").describe(); print("corpus python:", json.dumps(d))' 2>&1 | tee -a "$DIR/grid.log"
   setsid nohup python3 -m mxref.cli warmup >"$DIR/warmup.log" 2>&1 </dev/null &
   setsid nohup python3 -m mxref.cli train experiment "$NAME" --scale "$SCALE" --seeds "$SEEDS" \
     --arms "$ARMS" --jobs "$NG" --time-budget "$BUDGET" --out "$DIR" --validate-every 1000 \
