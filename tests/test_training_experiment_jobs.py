@@ -326,3 +326,21 @@ def test_a_failed_background_check_stops_the_run_before_any_later_checkpoint(tmp
     assert [json.loads(x)["step"] for x in (run / "log.jsonl").read_text().splitlines()] == \
         [0, 1, 2, 3]                   # steps 3 ran while the check of step 2 did
     assert not list((run / "checkpoints").glob("step*"))
+
+
+def test_a_call_that_runs_one_arm_still_compares_the_whole_grid(tmp_path):
+    """The first call runs bf16 and FD; a second call adds FDW only. Its report (and
+    compare.md) pairs all three, with the FDW - FD contrast; a stray directory is ignored."""
+    over = dict(tokens=64 * 16 * 2, threads=1)
+    ex.run_experiment("amd", "tiny", [0], tmp_path, arms=["bf16", "mxfp4-fd"], progress=False,
+                      **over)
+    (tmp_path / "notes-s0").mkdir()
+    rep = ex.run_experiment("amd", "tiny", [0], tmp_path, arms=["mxfp4-fdw"], progress=False,
+                            **over)
+    assert rep["arm_status"] == {"bf16-s0": "complete", "mxfp4-fd-s0": "complete",
+                                 "mxfp4-fdw-s0": "complete"}
+    assert sorted(r["recipe"] for r in rep["runs"]) == ["mxfp4-fd", "mxfp4-fdw"]
+    assert [(c["a"], c["b"]) for c in rep["contrasts"]] == [("mxfp4-fdw", "mxfp4-fd")]
+    assert "| mxfp4-fdw - mxfp4-fd |" in (tmp_path / "compare.md").read_text()
+    assert [p.name for p in ex.grid_runs("amd", tmp_path)] == ["bf16-s0", "mxfp4-fd-s0",
+                                                               "mxfp4-fdw-s0"]

@@ -151,9 +151,10 @@ STOP_MARGIN_S = 45.0  # a stopped run's last step, checkpoint and exit, inside t
 KILL_GRACE_S = 120.0  # a run still alive this long after the budget is killed (a hang)
 
 
-def _status(cfg) -> str:
+def _status(run) -> str:
+    """The status in a run directory's summary.json ("no summary" when there is none)."""
     try:
-        return json.loads((Path(cfg.out) / "summary.json").read_text()).get("status", "unknown")
+        return json.loads((Path(run) / "summary.json").read_text()).get("status", "unknown")
     except (OSError, ValueError):
         return "no summary"
 
@@ -189,7 +190,7 @@ def _run_child(cfg, gpu, logdir: Path, deadline, min_start_s: float, cpu_threads
         except subprocess.TimeoutExpired:
             rc = None
     rec.update(rc=rc, seconds=round(time.monotonic() - t0, 1), log=str(log),
-               status=_status(cfg) if rc is not None else "killed")
+               status=_status(cfg.out) if rc is not None else "killed")
     if rc is None:
         rec["error"] = f"still running {KILL_GRACE_S:g} s after the time budget: killed"
     elif rc != 0:
@@ -221,6 +222,17 @@ def _run_parallel(cfgs, out: Path, jobs: int, deadline, min_start_s: float) -> l
 
     with ThreadPoolExecutor(jobs) as ex:
         return list(ex.map(one, cfgs))
+
+
+def grid_runs(name: str, out: Path) -> list[Path]:
+    """The run directories of grid ``name`` under ``out``: ARM-sSEED for the grid's arms."""
+    arms = set(EXPERIMENTS[name]["recipes"])
+    found = []
+    for d in sorted(Path(out).iterdir()) if Path(out).is_dir() else ():
+        arm, _, seed = d.name.rpartition("-s")
+        if d.is_dir() and arm in arms and seed.isdigit() and (d / "config.json").exists():
+            found.append(d)
+    return found
 
 
 def exit_code(report: dict) -> int:
@@ -266,7 +278,7 @@ def run_experiment(name: str, scale: str, seeds, out: Path, progress=True, arms=
                 s = train(cfg)
                 results.append({"run": cfg.out, "status": s["status"]})
             except MXRefError as e:  # NaN, failed check: the arm's summary.json records it
-                st = _status(cfg)
+                st = _status(cfg.out)
                 results.append({"run": cfg.out, "error": str(e),
                                 "status": st if st != "no summary" else type(e).__name__})
             except Exception as e:  # noqa: BLE001 - one broken arm must not lose the others
@@ -277,14 +289,18 @@ def run_experiment(name: str, scale: str, seeds, out: Path, progress=True, arms=
          "scale_settings": SCALES[scale], "seeds": list(seeds), "what": EXPERIMENTS[name]["what"],
          "arms_run": [Path(c.out).name for c in cfgs], "jobs": jobs, "time_budget_s": time_budget,
          "arms": results}, indent=2) + "\n")
-    runs = [r["run"] for r in results if (Path(r["run"]) / "config.json").exists()]
+    # compare every run of this grid in ``out``, not only this call's arms: a call that
+    # resumes one arm (or adds a seed) still reports the whole grid
+    status = {r.name: _status(r) for r in grid_runs(name, out)}
+    status.update({Path(r["run"]).name: r["status"] for r in results})
+    runs = [str(out / n) for n in sorted(status) if (out / n / "config.json").exists()]
     if not runs:
         raise TrainingConfigError(f"no arm of {name!r} has started yet (experiment.json in {out} "
                                   "says why); run the command again with more --time-budget")
     report = compare_runs(runs)
     report["experiment"] = name
     report["scale"] = scale
-    report["arm_status"] = {Path(r["run"]).name: r["status"] for r in results}
+    report["arm_status"] = status
     report["contrasts"] = contrasts(report, CONTRASTS.get(name, []))
     write_compare(report, out, title=f"{name} ({scale}: {SCALES[scale]['note']})")
     return report
