@@ -344,3 +344,32 @@ def test_a_call_that_runs_one_arm_still_compares_the_whole_grid(tmp_path):
     assert "| mxfp4-fdw - mxfp4-fd |" in (tmp_path / "compare.md").read_text()
     assert [p.name for p in ex.grid_runs("amd", tmp_path)] == ["bf16-s0", "mxfp4-fd-s0",
                                                                "mxfp4-fdw-s0"]
+
+
+def test_the_rl_grid_holds_one_gpu_per_run_too(tmp_path, monkeypatch):
+    """mxref train rl --jobs used GPU i % n by position; it now takes the same slots."""
+    import torch
+
+    from mxkernels.rl import experiment as rl
+
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    lock, running, seen = threading.Lock(), {}, []
+
+    def fake(cfg, mode, gpu, logdir):
+        key = (mode, cfg.out)
+        with lock:
+            assert gpu not in running.values(), (gpu, running)
+            running[key] = gpu
+            seen.append(gpu)
+        slow = mode == "run" and Path(cfg.out).name == "bf16-s0"
+        time.sleep(0.3 if slow else 0.02)         # the first run is the slow one
+        with lock:
+            del running[key]
+        return 0
+
+    monkeypatch.setattr(rl, "_subprocess", fake)
+    monkeypatch.setattr(rl, "compare", lambda out: {"ok": True})
+    cfgs = rl.configs(["bf16", "mxfp4"], [0, 1], tmp_path, "tiny")
+    monkeypatch.setattr(rl, "c_dev", lambda cfgs: "cuda")
+    rep = rl.run_grid(["bf16", "mxfp4"], [0, 1], tmp_path, "tiny", jobs=2)
+    assert rep == {"ok": True} and len(seen) == 2 + len(cfgs) and set(seen) == {0, 1}

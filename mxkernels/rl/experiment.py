@@ -91,18 +91,24 @@ def run_grid(arms, seeds, out: Path, scale="tiny", jobs=1, progress=True, **over
     else:
         import torch
 
+        from mxkernels.training.slots import GpuSlots
+
         ngpu = torch.cuda.device_count() if c_dev(cfgs) != "cpu" else 0
         logdir = out / "logs"
         logdir.mkdir(exist_ok=True)
         for c in cfgs:
             c.threads = c.threads or 1                       # many processes share the CPUs
         firsts = {c.seed: c for c in cfgs}.values()           # one pretrain per seed
+        slots = GpuSlots(jobs, ngpu)                          # one run per GPU at a time
+
+        def sub(cfg, mode):
+            with slots.take() as gpu:
+                return _subprocess(cfg, mode, gpu, logdir)
+
         with ThreadPoolExecutor(jobs) as ex:
-            list(ex.map(lambda ic: _subprocess(ic[1], "pretrain", ic[0] % ngpu if ngpu else None,
-                                               logdir), enumerate(firsts)))
+            list(ex.map(lambda c: sub(c, "pretrain"), firsts))
         with ThreadPoolExecutor(jobs) as ex:
-            rcs = list(ex.map(lambda ic: _subprocess(ic[1], "run", ic[0] % ngpu if ngpu else None,
-                                                     logdir), enumerate(cfgs)))
+            rcs = list(ex.map(lambda c: sub(c, "run"), cfgs))
         for c, rc in zip(cfgs, rcs):
             status[c.out] = "complete" if rc == 0 else f"rc={rc}"
     (out / "grid.json").write_text(json.dumps({"scale": scale, "scale_settings": SCALES[scale],

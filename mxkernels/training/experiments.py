@@ -33,7 +33,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import queue
 import subprocess
 import sys
 import time
@@ -204,21 +203,17 @@ def _run_parallel(cfgs, out: Path, jobs: int, deadline, min_start_s: float) -> l
     there are more jobs than GPUs."""
     import torch
 
+    from .slots import GpuSlots
+
     on_gpu = torch.cuda.is_available() and all(c.device in ("auto", "cuda") for c in cfgs)
-    ngpu = torch.cuda.device_count() if on_gpu else 0
-    slots: queue.Queue = queue.Queue()
-    for k in range(jobs):
-        slots.put(k % ngpu if ngpu else None)
+    slots = GpuSlots(jobs, torch.cuda.device_count() if on_gpu else 0)
     cpu_threads = max(1, (os.cpu_count() or 1) // jobs)
     logdir = out / "logs"
     logdir.mkdir(parents=True, exist_ok=True)
 
     def one(cfg):
-        gpu = slots.get()
-        try:
+        with slots.take() as gpu:
             return _run_child(cfg, gpu, logdir, deadline, min_start_s, cpu_threads)
-        finally:
-            slots.put(gpu)
 
     with ThreadPoolExecutor(jobs) as ex:
         return list(ex.map(one, cfgs))
