@@ -373,3 +373,14 @@ def test_the_rl_grid_holds_one_gpu_per_run_too(tmp_path, monkeypatch):
     monkeypatch.setattr(rl, "c_dev", lambda cfgs: "cuda")
     rep = rl.run_grid(["bf16", "mxfp4"], [0, 1], tmp_path, "tiny", jobs=2)
     assert rep == {"ok": True} and len(seen) == 2 + len(cfgs) and set(seen) == {0, 1}
+
+
+def test_a_run_longer_than_its_corpus_says_how_many_epochs(tmp_path, capsys):
+    text = tmp_path / "c.txt"
+    text.write_bytes(b"abcdefgh" * 400)          # 3,136 training bytes, the last 2% val
+    run = tmp_path / "r"
+    train(TrainConfig(out=str(run), corpus=str(text), **{**TINY, "tokens": 128 * 60}))
+    err = capsys.readouterr().err
+    assert "7,680 tokens are 2.5 epochs of this corpus (3,136 training tokens)" in err
+    ep = json.loads((run / "config.json").read_text())["epochs"]
+    assert ep == pytest.approx(60 * 4 / (3135 // 32), 1e-9)   # samples over windows

@@ -626,10 +626,17 @@ def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo
                                 "params": param_counts(b.raw_model),
                                 "hf_config": b.raw_model.config.to_dict()},
                       "swapped_linears": b.swapped, "world_size": dist.world_size,
+                      "epochs": b.sampler.epochs_at(cfg.total_steps),
                       "parallel": _parallel(cfg, dist),
                       "env": environment(device),
                       "reproduce": "mxref train " + " ".join(_cli_args(cfg))}
             ckpt.write_json_atomic(out / "config.json", config)
+        epochs = b.sampler.epochs_at(cfg.total_steps)
+        if epochs > 1.0 and start == 0:
+            print(f"mxref train: {cfg.tokens:,} tokens are {epochs:.1f} epochs of this corpus "
+                  f"({b.corpus.train.size:,} training tokens): once the text repeats, the "
+                  "validation loss measures memorization as well (a larger corpus: --corpus "
+                  "python, a file or a directory)", file=sys.stderr, flush=True)
         if b.corpus.tokenizer == "bpe":   # the run directory's own copy of the vocabulary
             (out / "tokenizer.json").write_bytes(b.corpus.bpe.json_bytes)
         _truncate_jsonl(out / "log.jsonl", start)
