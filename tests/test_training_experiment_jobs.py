@@ -384,3 +384,32 @@ def test_a_run_longer_than_its_corpus_says_how_many_epochs(tmp_path, capsys):
     assert "7,680 tokens are 2.5 epochs of this corpus (3,136 training tokens)" in err
     ep = json.loads((run / "config.json").read_text())["epochs"]
     assert ep == pytest.approx(60 * 4 / (3135 // 32), 1e-9)   # samples over windows
+
+
+def test_host_side_mxref_kernels_and_the_check_share_one_lock(tmp_path, monkeypatch):
+    """numba's workqueue layer aborts the process when two threads launch parallel kernels
+    at once: the background check holds quant.HOST_NUMBA, and so does the training path's
+    host-side SR words (the torch backend's mxref.random_bits)."""
+    import importlib
+
+    import torch
+
+    from mxkernels.training import quant, trainer, validate
+
+    mq = importlib.import_module("mxref.quantize")   # mxref.quantize is also a function
+    seen = []
+    real = mq.random_bits
+
+    def spy_bits(*a, **k):
+        seen.append(("bits", quant.HOST_NUMBA.locked()))
+        return real(*a, **k)
+
+    def spy_check(layer, **kw):
+        seen.append(("check", quant.HOST_NUMBA.locked()))
+        return []
+
+    monkeypatch.setattr(mq, "random_bits", spy_bits)
+    monkeypatch.setattr(validate, "check_capture", spy_check)
+    assert quant.sr_bits((4, 32), 7, "cpu").shape == (4, 32)
+    trainer._run_check(("l", torch.nn.Linear(1, 1)), 0, False, False)
+    assert seen == [("bits", True), ("check", True)] and not quant.HOST_NUMBA.locked()

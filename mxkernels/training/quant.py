@@ -19,6 +19,7 @@ MX path, the twin of torch_emu.quantize_mx), checked against mxref by :mod:`.val
 from __future__ import annotations
 
 import functools
+import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -153,10 +154,19 @@ def hadamard_signs(kind: str, n: int, *, seed: int, step: int, tensor_id: int) -
     raise ValueError(kind)
 
 
+# mxref's parallel Numba kernels run on numba's workqueue layer, which aborts the process when
+# two threads launch at once (mxref/_numba_setup.py). The in-run checks may run on a background
+# thread (trainer._PendingCheck, which holds this lock), so every host-side mxref parallel
+# kernel the training path calls takes it too: today only mxref.random_bits, below.
+HOST_NUMBA = threading.Lock()
+
+
 def sr_bits(shape, seed: int, device, words: int = 1) -> torch.Tensor:
     """The uint32 words of mxref.random_bits(shape, seed, 0, words) as int64 on ``device``."""
     from mxref.quantize import random_bits
-    return torch.from_numpy(random_bits(tuple(shape), seed, 0, words).astype(np.int64)).to(device)
+    with HOST_NUMBA:
+        words_np = random_bits(tuple(shape), seed, 0, words)
+    return torch.from_numpy(words_np.astype(np.int64)).to(device)
 
 
 # ---- rotation -------------------------------------------------------------------------------

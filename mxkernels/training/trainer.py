@@ -898,14 +898,17 @@ def _async_checks(device: torch.device, dist: ddp.DistInfo) -> bool:
 
 def _run_check(armed, step, want_decomp: bool, sharded: bool) -> tuple:
     """mxref's recomputation of one armed layer: (step, layer name, records as dicts,
-    decomposition parts or None). Writes nothing."""
+    decomposition parts or None). Writes nothing. Holds quant.HOST_NUMBA: no other thread
+    launches one of mxref's parallel kernels meanwhile (numba's workqueue layer would abort)."""
+    from .quant import HOST_NUMBA
     from .validate import check_capture
 
     name, layer = armed
     t0 = time.perf_counter()
     parts = [] if want_decomp else None
     cap = getattr(layer, "_capture_done", None) or {}
-    records = check_capture(layer, decompose=parts)
+    with HOST_NUMBA:
+        records = check_capture(layer, decompose=parts)
     if sharded:
         records.append(_sharded_weight_record(layer, cap))
     dt = time.perf_counter() - t0
