@@ -30,7 +30,7 @@ from mxref.errors import BackendUnavailable
 KERNEL_MODULES = ("mxkernels.triton_common", "mxkernels.triton_quant", "mxkernels.triton_fast",
                   "mxkernels.triton_sr", "mxkernels.triton_rotate", "mxkernels.triton_train",
                   "mxkernels.triton_train_nvfp4", "mxkernels.triton_corrections",
-                  "mxkernels.triton_convert",
+                  "mxkernels.triton_convert", "mxkernels.triton_carrier",
                   "mxkernels.triton_gemm")
 _TRUE = ("1", "true", "on", "yes")
 _LOCK = threading.Lock()
