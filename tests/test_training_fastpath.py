@@ -43,7 +43,8 @@ def _fwd_bwd(m, x0, fast=True):
 def test_plan_covers_exactly_the_plain_rotated_and_sr_mx_recipes():
     took = {name for name, r in RECIPES.items() if M.fast_plan(r) is not None}
     assert took == {"mxfp4-f", "mxfp4-fd", "mxfp4-fdw", "mxfp4-fdw-h16", "mxfp4-fdw-rht",
-                    "mxfp4-fdw-sr", "fp4-activations", "quartet", "nvfp4-te"}, took
+                    "mxfp4-fdw-sr", "fp4-activations", "quartet", "nvfp4-te",
+                    "mxfp4-fdw-fp8"}, took
     # a custom all-MXFP8 recipe qualifies, so do SR and a 16-point rotation; a 64-point
     # rotation, a rotation with a bf16 operand, or a forward copy does not
     base = get_recipe("mxfp4-fdw")

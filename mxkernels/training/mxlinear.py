@@ -36,6 +36,7 @@ import torch.nn.functional as F
 from mxkernels._memo import DeviceConsts
 from mxref.formats import get_format
 
+from . import carrier as CR
 from . import quant as Q
 from .errors import RecipeError, TrainingConfigError
 from .recipes import GEMMS, GemmSpec, OperandSpec, Recipe, get_recipe
@@ -121,6 +122,8 @@ class MXLinear(torch.nn.Module):
                 self._plan = fast_plan(self.recipe) \
                     if _resolve_backend(self.backend, x.device) == "triton" else None
                 self._plan_recipe = (self.recipe, self.backend, x.device.type)
+            if self._plan is not None and self._plan["carried"]:
+                return _MXLinearCarriedFn.apply(x, self.weight, self.bias, self, self._plan)
             if self._plan is not None and (not self._plan["shaped"] or _fast_shapes_ok(
                     self._plan, x.numel() // x.shape[-1], x.shape[-1], self.weight.shape[0])) \
                     and (self._plan["store"] is None or x.shape[-1] % 2 == 0):
@@ -248,6 +251,11 @@ def run_gemm(ctx: _Ctx, gemm: str, a: torch.Tensor, b: torch.Tensor,
     if g.gemm == "block_sequential":
         out = torch.ops.mxkernels.gemm(qa.scales, qa.codes, qb.scales, qb.codes, g.a.fmt,
                                        g.b.fmt, "block_sequential")
+    elif g.gemm == "fp8":
+        ca, cb = CR.to_carrier(qa.values, 1), CR.to_carrier(qb.values, 1)
+        out = CR.carrier_mm(ca, cb, torch.float32)
+        if rec is not None:
+            rec["a"]["carrier"], rec["b"]["carrier"] = CR.record(ca), CR.record(cb)
     else:
         va = ta if qa is None else qa.values
         vb = tb if qb is None else qb.values
@@ -596,7 +604,7 @@ def _fast_plan(recipe) -> dict | None:
     any_q = False
     for gemm in GEMMS:
         g = getattr(recipe, gemm)
-        if g.gemm != "matmul":
+        if g.gemm not in ("matmul", "fp8"):
             return None
 
         def ok(spec, side):
@@ -634,6 +642,8 @@ def _fast_plan(recipe) -> dict | None:
             "dy": (o("dgrad", 0), o("wgrad", 0)), "fx": fwd("wgrad"), "fw": fwd("dgrad")}
     fr = fp.hadamard_n if fp.hadamard != "none" else 0
     plan["unrot"] = {"fx": fr if plan["fx"] else 0, "fw": fr if plan["fw"] else 0}
+    # GEMMs on the FP8 carrier (fprop, dgrad, wgrad): their values go through carrier.to_carrier
+    plan["fp8"] = tuple(getattr(recipe, gm).gemm == "fp8" for gm in GEMMS)
     us = None if not fr else Q.hadamard_signs(fp.hadamard, fr, seed=recipe.seed, step=0,
                                               tensor_id=0)          # fixed signs
     plan["unrot_signs"] = us if us is not None and (us < 0).any() else None   # None: all +1
@@ -649,6 +659,13 @@ def _fast_plan(recipe) -> dict | None:
     if recipe.save_activations is not None:
         plan["store"] = plan["x"][1]
         plan["x"] = (plan["x"][0], None)
+    # every GEMM on the FP8 carrier with plain OCP MXFP4 RNE operands quantized from high
+    # precision: one triton_carrier.qdq_carrier launch per tensor writes both carriers
+    # directly (_MXLinearCarriedFn); otherwise the carriers are converted from the values
+    plan["carried"] = all(plan["fp8"]) and plan["fx"] is None and plan["fw"] is None and \
+        plan["store"] is None and all(
+            o is not None and not o.fused and (o.spec.fmt, o.spec.profile) == ("mxfp4", "ocp")
+            for k in ("x", "w", "dy") for o in plan[k])
     return plan
 
 
@@ -860,17 +877,25 @@ def _ts(ts, k: int):
     return None if ts is None else ts[k]
 
 
-def _gemm(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype, autocast: bool, alpha=None,
-          n: int = 0, signs=None) -> torch.Tensor:
+def _gemm(a, b, dtype: torch.dtype, autocast: bool, alpha=None, n: int = 0, signs=None,
+          carried: bool = False) -> torch.Tensor:
     """a @ b for the fast path (:func:`_mm`). With an NVFP4 operand its fp32 result is first
     multiplied by ``alpha`` (:func:`_alpha`, as the generic path), and with ``n`` rotated back
     through the forward's rotation along the last axis (size n, fixed signs +-1): the generic
     path's Q.unrotate (butterfly, * 1/sqrt(n), * signs) as one triton_rotate launch (the same
     butterfly) and, with ``signs`` (None when all are +1), an exact sign flip. Such a GEMM keeps its
-    fp32 result under autocast too (rounding before the epilogue would change it)."""
-    if not n and alpha is None:
+    fp32 result under autocast too (rounding before the epilogue would change it).
+    ``carried``: a and b are FP8 carriers (carrier.to_carrier; b as the [N, K] operand of
+    A . B^T), multiplied by carrier.carrier_mm: bf16 output under autocast, else fp32."""
+    if carried:
+        if not n and alpha is None:
+            out = CR.carrier_mm(a, b, torch.bfloat16 if autocast else torch.float32)
+            return out if out.dtype == dtype else out.to(dtype)
+        out = CR.carrier_mm(a, b, torch.float32)
+    elif not n and alpha is None:
         return _mm(a, b, dtype, autocast)
-    out = _mm_out(a, b)
+    else:
+        out = _mm_out(a, b)
     if alpha is not None:
         if not n and out.is_cuda:        # one pass: fl32(out * alpha), then the cast
             return Q.triton_module("triton_train_nvfp4", out.device).scale_cast(
@@ -942,9 +967,31 @@ def _seed(o, layer):
     return Q.mix_seed(layer.recipe.seed, layer.layer_id, layer.step, o.gemm, o.side)
 
 
-def _rec_gemm(layer, gemm: str, a: dict, b: dict, out, spec) -> dict:
+def _rec_carried(ca, cb):
+    """The fp32 output a capture records for a GEMM on the FP8 carrier: the same carriers
+    multiplied with an fp32 result (before any rotation back)."""
+    return _np(CR.carrier_mm(ca, cb, torch.float32))
+
+
+def _x_carrier(xr: torch.Tensor):
+    """The FP8 carrier of the layer input's Fprop values, shared like the values themselves
+    by the layers that read the same x (_qdq_input's cache)."""
+    c = _X_CACHE.get("carrier")
+    if c is not None and c[0] is xr:
+        return c[1]
+    ca = CR.to_carrier(xr, 1)
+    out = _X_CACHE.get("out")
+    if out is not None and out[0] is xr:
+        _X_CACHE["carrier"] = (xr, ca)
+    return ca
+
+
+def _rec_gemm(layer, gemm: str, a: dict, b: dict, out, spec, carriers=None) -> dict:
     """A capture record of one fast-path GEMM; a rotating GEMM also records the host copy of
-    its signs and its size, as the generic path does."""
+    its signs and its size, as the generic path does; a GEMM on the FP8 carrier records both
+    carriers (carrier.record) with its operands."""
+    if carriers is not None:
+        a["carrier"], b["carrier"] = CR.record(carriers[0]), CR.record(carriers[1])
     rec = {"a": a, "b": b, "out": out, "spec": spec}
     if spec.hadamard != "none":
         r = layer.recipe
@@ -995,7 +1042,12 @@ class _MXLinearFastFn(torch.autograd.Function):
             wr = wh if wr is None else wr
             wc = wh if wc is None else wc
         alpha = _alpha(_ts(tsx, 0), _ts(tsw, 0))
-        y = _gemm(xr, wr.t(), odt, bf, alpha)
+        f8 = plan["fp8"]
+        if f8[0]:
+            ca, cb = _x_carrier(xr), CR.to_carrier(wr, 1)
+            y = _gemm(ca, cb, odt, bf, carried=True)
+        else:
+            y = _gemm(xr, wr.t(), odt, bf, alpha)
         if bias is not None:
             y = y + bias.to(odt)
         # Quartet's double quantization: the backward quantizes the forward's copies
@@ -1011,7 +1063,8 @@ class _MXLinearFastFn(torch.autograd.Function):
                              _ts(tsx, 0)),
                 _rec_operand(weight, _qpart(qw, True), True, wr, _seed(plan["w"][0], layer),
                              _ts(tsw, 0)),
-                _rec_out(xr, wr.t(), alpha), layer.recipe.fprop)
+                _rec_out(xr, wr.t(), alpha) if not f8[0] else _rec_carried(ca, cb),
+                layer.recipe.fprop, (ca, cb) if f8[0] else None)
             ctx.cap = (cap, qx, qw, x2.detach(), weight.detach())
         else:
             ctx.cap = None
@@ -1063,12 +1116,18 @@ class _MXLinearFastFn(torch.autograd.Function):
         a_d = _alpha(_ts(tsd, 0), _ts(tsw, 1))
         a_w = _alpha(_ts(tsd, 1), _ts(tsx, 1))
         dx = dw = db = None
+        f8 = p["fp8"]
+        cd = cw = None                    # the FP8 carriers of the Dgrad and Wgrad operands
+        if f8[1] and (ctx.needs_input_grad[0] or want):
+            cd = (CR.to_carrier(dyr, 1), CR.to_carrier(wc, 0))
+        if f8[2] and (ctx.needs_input_grad[1] or want):
+            cw = (CR.to_carrier(dyc, 0), CR.to_carrier(xc, 0))
         if ctx.needs_input_grad[0]:
-            dx = _gemm(dyr, wc, ctx.x_dtype, ctx.autocast, a_d, p["unrot"]["fw"],
-                       p["unrot_signs"]).reshape(ctx.shape)
+            dx = _gemm(*(cd or (dyr, wc)), ctx.x_dtype, ctx.autocast, a_d, p["unrot"]["fw"],
+                       p["unrot_signs"], carried=cd is not None).reshape(ctx.shape)
         if ctx.needs_input_grad[1]:
-            dw = _gemm(dyc.t(), xc, ctx.w_dtype, ctx.autocast, a_w, p["unrot"]["fx"],
-                       p["unrot_signs"])
+            dw = _gemm(*(cw or (dyc.t(), xc)), ctx.w_dtype, ctx.autocast, a_w,
+                       p["unrot"]["fx"], p["unrot_signs"], carried=cw is not None)
         if ctx.has_bias and ctx.needs_input_grad[2]:
             db = dy2.float().sum(0).to(ctx.w_dtype)
         if want:
@@ -1082,7 +1141,8 @@ class _MXLinearFastFn(torch.autograd.Function):
                 lay, "dgrad",
                 _rec_operand(dy2, _qpart(qd, True), True, dyr, _seed(p["dy"][0], lay),
                              _ts(tsd, 0)),
-                wrec, _rec_out(dyr, wc, a_d), r.dgrad)
+                wrec, _rec_out(dyr, wc, a_d) if cd is None else _rec_carried(*cd), r.dgrad,
+                cd)
             if xf is not None:
                 xrec = _rec_operand(xf, _qpart(qfx, False), False, xc, _seed(p["fx"], lay))
             elif st is None:
@@ -1094,7 +1154,112 @@ class _MXLinearFastFn(torch.autograd.Function):
                 lay, "wgrad",
                 _rec_operand(dy2, _qpart(qd, False), False, dyc, _seed(p["dy"][1], lay),
                              _ts(tsd, 1)),
-                xrec, _rec_out(dyc.t(), xc, a_w), r.wgrad)
+                xrec, _rec_out(dyc.t(), xc, a_w) if cw is None else _rec_carried(*cw),
+                r.wgrad, cw)
+            cap["complete"] = True
+            ctx.layer._capture_done = cap
+            ctx.layer._capture = None
+            ctx.cap = None
+        return dx, dw, db, None, None
+
+
+def _tcar(device: torch.device):
+    """The triton_carrier module for ``device`` (compiled, or interpreted for CPU tensors)."""
+    return Q.triton_module("triton_carrier", device)
+
+
+def _x_carriers(x: torch.Tensor, x2: torch.Tensor):
+    """(row, column) carriers of the layer input, shared by the layers that read the same x
+    (keyed like _qdq_input's cache: the tensor's identity and version counter)."""
+    ref = _X_CACHE.get("cref")
+    if ref is not None and ref() is x and _X_CACHE["cversion"] == x._version and \
+            _X_CACHE["ckey"] == (x.shape, x.dtype, x.device):
+        return _X_CACHE["carriers"]
+    with Q._section(x2.device):
+        out = _tcar(x2.device).qdq_carrier(x2, rows=True, cols=True)
+    _X_CACHE.clear()
+    _X_CACHE.update(cref=weakref.ref(x), cversion=x._version,
+                    ckey=(x.shape, x.dtype, x.device), carriers=out)
+    return out
+
+
+class _MXLinearCarriedFn(torch.autograd.Function):
+    """Recipes whose three GEMMs run on the FP8 carrier with plain OCP MXFP4 RNE operands
+    (fast_plan's "carried", e.g. mxfp4-fdw-fp8): per step and layer one
+    triton_carrier.qdq_carrier launch per tensor (x shared by the layers that read it) writes
+    both orientations' carriers, E4M3 codes + 1x128 power-of-two scales, one byte per element
+    (the bf16 fast path writes two), and the three GEMMs are carrier.carrier_mm (FP8 tensor
+    cores). The backward keeps the column carriers of x and W (one byte per element each).
+    A capture also runs the values launches of _MXLinearFastFn for the operand records (codes,
+    scales, values against mxref) and records the carriers the GEMMs used and their fp32
+    outputs (validate: carriers against mxref.mxfp4_to_fp8, outputs against the carrier
+    bound)."""
+
+    @staticmethod
+    def forward(ctx, x, weight, bias, layer, plan):
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1])
+        cap = layer._capture
+        want = cap is not None
+        ac = torch.is_autocast_enabled(x.device.type)
+        odt = torch.get_autocast_dtype(x.device.type) if ac else x.dtype
+        bf = ac and odt == torch.bfloat16
+        cxr, cxc = _x_carriers(x, x2)
+        with Q._section(weight.device):
+            cwr, cwc = _tcar(weight.device).qdq_carrier(weight, rows=True, cols=True)
+        y = _gemm(cxr, cwr, odt, bf, carried=True)
+        if bias is not None:
+            y = y + bias.to(odt)
+        ctx.cap = None
+        if want:
+            xr, xc, qx, _ = _qdq(x2, plan["x"], True, layer)
+            wr, wc, qw, _ = _qdq(weight, plan["w"], True, layer)
+            cap["autocast"] = str(odt).replace("torch.", "") if ac else None
+            cap["fprop"] = _rec_gemm(layer, "fprop",
+                                     _rec_operand(x2, _qpart(qx, True), True, xr),
+                                     _rec_operand(weight, _qpart(qw, True), True, wr),
+                                     _rec_carried(cxr, cwr), layer.recipe.fprop, (cxr, cwr))
+            ctx.cap = (cap, qx, qw, x2.detach(), weight.detach(), xc, wc)
+        ctx.layer = layer
+        ctx.plan = plan
+        ctx.autocast = bf
+        ctx.shape = shape
+        ctx.x_dtype = x.dtype
+        ctx.w_dtype = weight.dtype
+        ctx.has_bias = bias is not None
+        ctx.k = (cxc.k, cwc.k)
+        ctx.save_for_backward(cxc.codes, cxc.scales, cwc.codes, cwc.scales)
+        return y.reshape(*shape[:-1], weight.shape[0])
+
+    @staticmethod
+    def backward(ctx, dy):
+        from mxkernels.triton_carrier import Carrier
+        _X_CACHE.clear()
+        want = ctx.cap is not None
+        xcc, xcs, wcc, wcs = ctx.saved_tensors
+        cxc, cwc = Carrier(xcc, xcs, ctx.k[0]), Carrier(wcc, wcs, ctx.k[1])
+        dy2 = dy.reshape(-1, dy.shape[-1])
+        with Q._section(dy2.device):
+            cdr, cdc = _tcar(dy2.device).qdq_carrier(dy2, rows=True, cols=True)
+        dx = dw = db = None
+        if ctx.needs_input_grad[0]:
+            dx = _gemm(cdr, cwc, ctx.x_dtype, ctx.autocast, carried=True).reshape(ctx.shape)
+        if ctx.needs_input_grad[1]:
+            dw = _gemm(cdc, cxc, ctx.w_dtype, ctx.autocast, carried=True)
+        if ctx.has_bias and ctx.needs_input_grad[2]:
+            db = dy2.float().sum(0).to(ctx.w_dtype)
+        if want:
+            cap, qx, qw, x2, w, xc, wc = ctx.cap
+            lay, p, r = ctx.layer, ctx.plan, ctx.layer.recipe
+            dyr, dyc, qd, _ = _qdq(dy2, p["dy"], True, lay)
+            cap["dgrad"] = _rec_gemm(lay, "dgrad",
+                                     _rec_operand(dy2, _qpart(qd, True), True, dyr),
+                                     _rec_operand(w, _qpart(qw, False), False, wc),
+                                     _rec_carried(cdr, cwc), r.dgrad, (cdr, cwc))
+            cap["wgrad"] = _rec_gemm(lay, "wgrad",
+                                     _rec_operand(dy2, _qpart(qd, False), False, dyc),
+                                     _rec_operand(x2, _qpart(qx, False), False, xc),
+                                     _rec_carried(cdc, cxc), r.wgrad, (cdc, cxc))
             cap["complete"] = True
             ctx.layer._capture_done = cap
             ctx.layer._capture = None

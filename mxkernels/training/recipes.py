@@ -43,7 +43,7 @@ SOURCES = ("hp", "fwd")
 # the operand (MS-FP4 token-wise / channel-wise, training_anchors A.3)
 SCALINGS = ("block", "vector")
 GEMMS = ("fprop", "dgrad", "wgrad")
-GEMM_MODES = ("matmul", "block_sequential")
+GEMM_MODES = ("matmul", "block_sequential", "fp8")
 OUTLIER_RULES = (None, "block", "topk")
 
 
@@ -216,9 +216,11 @@ class GemmSpec:
     n = 16, else mxref.sign_vector("random", n, seed=recipe.seed)); "random" (new signs every
     step and layer: mxref.sign_vector("random", n, seed=recipe.seed, step=step,
     tensor_id=layer_id * 4 + gemm index)).
-    gemm: "matmul" (dequantize exactly, torch.matmul with fp32 accumulation) or
+    gemm: "matmul" (dequantize exactly, torch.matmul with fp32 accumulation),
     "block_sequential" (CUDA only: torch.ops.mxkernels.gemm, bit-exact reference order; MX
-    operands without corrections only).
+    operands without corrections only) or "fp8" (the FP8 carrier, mxkernels.training.carrier:
+    both operands plain OCP MXFP4, re-encoded as E4M3 with a power-of-two scale per 128
+    elements along the contraction axis and multiplied on FP8 tensor cores).
     """
 
     a: OperandSpec = BF16
@@ -253,6 +255,14 @@ class GemmSpec:
                         op.clamp_quantile is not None:
                     raise RecipeError(f"{where}: gemm='block_sequential' needs two plain MX "
                                       "operands (no bf16 / nvfp4 / corrections)")
+        if self.gemm == "fp8":
+            for op in (self.a, self.b):
+                if op.fmt != "mxfp4" or op.profile != "ocp" or op.scaling != "block" or \
+                        op.macro is not None or op.outlier is not None or \
+                        op.clamp_quantile is not None:
+                    raise RecipeError(f"{where}: gemm='fp8' (the FP8 carrier) needs two plain "
+                                      "MXFP4 operands with profile 'ocp' (no bf16 / nvfp4 / "
+                                      "other profiles / corrections)")
 
     def label(self) -> str:
         h = "" if self.hadamard == "none" else f" H{self.hadamard_n}:{self.hadamard}"
@@ -433,6 +443,15 @@ def _build() -> dict[str, Recipe]:
         "(AMD Lumen rotates only the Wgrad operands; not this recipe).", amd,
         fprop=_h(_FULL, "deterministic", 16), dgrad=_h(_FULL, "deterministic", 16),
         wgrad=_h(_FULL, "deterministic", 16)))
+    fp8 = dataclasses.replace(_FULL, gemm="fp8")
+    r.append(Recipe(
+        "mxfp4-fdw-fp8", "mxfp4-fdw with every GEMM on the FP8 carrier: each MXFP4 operand "
+        "re-encoded as E4M3 with one power-of-two scale per 128 elements along the contraction "
+        "axis (exact while a group's block scales span at most 15 + nu binades; otherwise the "
+        "group's smallest elements are rounded once, counted by the in-run check) and multiplied "
+        "on FP8 tensor cores with 1x128 block-wise scales (the Hopper FP4 paper's idea: MXFP4 "
+        "numerics on FP8 tensor cores).", "training_anchors.md A.4 (FP4 on Hopper via FP8)",
+        fprop=fp8, dgrad=fp8, wgrad=fp8))
     r.append(Recipe(
         "mxfp4-fdw-sr", "mxfp4-fdw with stochastic rounding on the gradient operands (dy in Dgrad, "
         "dy^T in Wgrad); x and W keep RNE. AMD tried SR as a fix (it did not stabilize Wgrad).",

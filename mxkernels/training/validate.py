@@ -15,7 +15,9 @@ of the forward copy. The fast path (mxlinear.fast_plan) also records the values 
 multiplied and the forward's autocast state: a quantized operand's values must be mxref's
 dequantization, an unquantized operand's the bf16 cast of its input under bf16 autocast (else
 the fp32 input), in that dtype, bit for bit; a GEMM with an unquantized operand is held to the
-bound on those values.
+bound on those values. A GEMM on the FP8 carrier (GemmSpec gemm "fp8") also has each
+operand's carrier (E4M3 codes, group bytes) compared with mxref.mxfp4_to_fp8 of mxref's
+operand, its fallback counted, and its output held to the carrier bound (CARRIER_ACC_BITS).
 
 Cost: one CPU copy of every operand of one layer-step plus mxref's Numba kernels; meant for a
 few layers every few hundred steps.
@@ -62,6 +64,9 @@ class CheckRecord:
     ok: bool
     detail: str
     first_index: list | None = None
+    # GEMMs on the FP8 carrier: how many elements / groups the re-encoding rounded (mxref's
+    # count: groups whose block scales span more than 15 + nu binades), else None
+    fallback: dict | None = None
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
@@ -223,6 +228,74 @@ def _expected_operand(x: np.ndarray, spec: OperandSpec, rec: dict, signs, n):
         exp.pop("mx", None)
     exp["values"] = vals.astype(np.float64)
     return exp, hp
+
+
+# A Hopper FP8 MMA keeps fewer bits than fp32 while it sums the products of one 128-group
+# (scripts/gpu_fp8_probe.py; bench/results/fp8_carrier/): the carrier GEMM's check charges each
+# group sum 2^-ACC_BITS of the group's sum of |products| per product, on top of fp32
+# accumulation across groups (docs/training.md, "The FP8 carrier").
+CARRIER_ACC_BITS = 13
+
+
+def _check_carrier(layer, gemm, opname, side_rec, e, records) -> np.ndarray | None:
+    """One operand of a GEMM on the FP8 carrier: its E4M3 codes and group bytes against
+    mxref.mxfp4_to_fp8(group=128) of mxref's own MXFP4 operand, byte for byte. Returns mxref's
+    carrier values (float64) for the GEMM check, None when there is nothing to compare."""
+    from mxref.fp8fp4 import mxfp4_to_fp8
+    c = side_rec.get("carrier")
+    if e is None or "mx" not in e:
+        return None
+    ref = mxfp4_to_fp8(e["mx"], group=128, fp8="e4m3")
+    fb = {"elements_rounded": int(ref.n_inexact), "elements_flushed": int(ref.n_flushed),
+          "groups_inexact": int((~ref.exact).sum()), "groups": int(ref.exact.size),
+          "elements": int(ref.codes.size)}
+    what = f"{opname} (fp8 carrier)"
+    if c is None:
+        records.append(CheckRecord(layer, gemm, what, "e4m3", "mxfp4_to_fp8", 0, 1, False,
+                                   "the training path recorded no carrier", None, fb))
+        return ref.dequantize().astype(np.float64)
+    sub: list[CheckRecord] = []
+    _cmp(layer, gemm, what, "e4m3", "mxfp4_to_fp8", "codes", c["codes"], ref.codes, sub)
+    _cmp(layer, gemm, what, "e4m3", "mxfp4_to_fp8", "group bytes", c["scales"], ref.scales,
+         sub)
+    bad = [r for r in sub if not r.ok]
+    rate = fb["elements_rounded"] / max(fb["elements"], 1)
+    detail = "; ".join(r.detail for r in bad) if bad else (
+        f"codes, group bytes identical to mxref.mxfp4_to_fp8; {fb['elements_rounded']} of "
+        f"{fb['elements']} elements rounded ({rate:.3g}) in {fb['groups_inexact']} of "
+        f"{fb['groups']} groups")
+    records.append(CheckRecord(layer, gemm, what, "e4m3", "mxfp4_to_fp8", fb["elements"],
+                               sum(r.mismatches for r in sub), not bad, detail,
+                               bad[0].first_index if bad else None, fb))
+    return ref.dequantize().astype(np.float64)
+
+
+def _carrier_gemm_check(layer, gemm, out, va, vb, records) -> None:
+    """A GEMM on the FP8 carrier against the float64 product of mxref's carrier values:
+    |y - exact| <= (min(C, 128) 2^-CARRIER_ACC_BITS + (ceil(C / 128) + 2) u) |A||B|^T
+    + 4 u |exact| (u = 2^-24)."""
+    prod = va @ vb.T
+    absprod = np.abs(va) @ np.abs(vb).T
+    u = 2.0 ** -24
+    k = va.shape[1]
+    ng = -(-k // 128)
+    bound = (min(k, 128) * 2.0 ** -CARRIER_ACC_BITS + (ng + 2) * u) * absprod + \
+        4 * u * np.abs(prod) + 1e-45
+    y = out.astype(np.float64)
+    err = np.abs(y - prod)
+    with np.errstate(invalid="ignore"):
+        bad = ~(err <= bound)
+    bad &= ~(np.isnan(y) & np.isnan(prod))
+    n = int(bad.sum())
+    with np.errstate(invalid="ignore", divide="ignore"):
+        rel = float(np.nanmax(err / np.maximum(bound, 1e-300))) if err.size else 0.0
+        fp32b = (k + 2) * u * absprod + 4 * u * np.abs(prod) + 1e-45
+        over32 = int((err > fp32b).sum())
+    records.append(CheckRecord(layer, gemm, "out", "fp32", "float64 product + fp8 bound",
+                               int(out.size), n, n == 0,
+                               f"max |y - exact| / bound = {rel:.3g}; {n} outside the FP8 "
+                               f"carrier bound ({CARRIER_ACC_BITS}-bit group sums); {over32} "
+                               "outside the plain fp32 bound (C + 2) u |A||B|^T", _first(bad)))
 
 
 def _gemm_check(layer, gemm, out, ea, eb, spec: GemmSpec, hp_a, hp_b, records, mode):
@@ -413,6 +486,14 @@ def check_capture(layer, *, gemm_check: str = "mxref", decompose: list | None = 
                 fwd_values["x"] = exps["a"]["values"]
             elif g.a.fmt is None:
                 fwd_values["x"] = hps["a"].astype(np.float64)
+        if g.gemm == "fp8":
+            ca = _check_carrier(lname, gemm, operand_name(gemm, "a"), rec["a"], exps.get("a"),
+                                records)
+            cb = _check_carrier(lname, gemm, operand_name(gemm, "b"), rec["b"], exps.get("b"),
+                                records)
+            if ca is not None and cb is not None:
+                _carrier_gemm_check(lname, gemm, rec["out"], ca, cb, records)
+                continue
         _gemm_check(lname, gemm, rec["out"], exps.get("a"), exps.get("b"), g, hps["a"],
                     hps["b"], records, gemm_check)
     return records
