@@ -1009,6 +1009,22 @@ def _qpart(q, rows: bool):
     return q
 
 
+def _keep(ctx, layer, plan, bf: bool, shape, x, weight, bias) -> None:
+    """What a fast-path backward needs of its forward, besides the saved tensors."""
+    ctx.layer, ctx.plan, ctx.autocast, ctx.shape = layer, plan, bf, shape
+    ctx.x_dtype, ctx.w_dtype, ctx.has_bias = x.dtype, weight.dtype, bias is not None
+
+
+def _fwd_state(x: torch.Tensor, layer):
+    """(shape, x as 2-D, the capture or None, capturing, autocast on, output dtype, bf16
+    autocast) of a fast-path forward."""
+    cap = layer._capture
+    ac = torch.is_autocast_enabled(x.device.type)
+    odt = torch.get_autocast_dtype(x.device.type) if ac else x.dtype
+    return x.shape, x.reshape(-1, x.shape[-1]), cap, cap is not None, ac, odt, \
+        ac and odt == torch.bfloat16
+
+
 class _MXLinearFastFn(torch.autograd.Function):
     """The recipes of fast_plan on CUDA: per step and layer one fake-quantization launch per
     tensor with a quantized orientation (x, W, dy; x shared by the layers that read it) and
@@ -1023,13 +1039,7 @@ class _MXLinearFastFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, layer, plan):
-        shape = x.shape
-        x2 = x.reshape(-1, shape[-1])
-        cap = layer._capture
-        want = cap is not None
-        ac = torch.is_autocast_enabled(x.device.type)
-        odt = torch.get_autocast_dtype(x.device.type) if ac else x.dtype
-        bf = ac and odt == torch.bfloat16
+        shape, x2, cap, want, ac, odt, bf = _fwd_state(x, layer)
         st = plan["store"]
         xr, xc, qx, tsx, stored = _qdq_input(x, x2, plan["x"], want, layer, st is not None)
         wr, wc, qw, tsw = _qdq(weight, plan["w"], want, layer)
@@ -1069,13 +1079,7 @@ class _MXLinearFastFn(torch.autograd.Function):
         else:
             ctx.cap = None
         ctx.k = x2.shape[-1]
-        ctx.layer = layer
-        ctx.plan = plan
-        ctx.autocast = bf
-        ctx.shape = shape
-        ctx.x_dtype = x.dtype
-        ctx.w_dtype = weight.dtype
-        ctx.has_bias = bias is not None
+        _keep(ctx, layer, plan, bf, shape, x, weight, bias)
         # with FP4 storage x's Wgrad orientation comes back from its MXFP4 copy
         ctx.save_for_backward(*((xc, wc) if st is None else (stored[0], stored[1], wc)),
                               tsx, tsw)
@@ -1197,13 +1201,7 @@ class _MXLinearCarriedFn(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, x, weight, bias, layer, plan):
-        shape = x.shape
-        x2 = x.reshape(-1, shape[-1])
-        cap = layer._capture
-        want = cap is not None
-        ac = torch.is_autocast_enabled(x.device.type)
-        odt = torch.get_autocast_dtype(x.device.type) if ac else x.dtype
-        bf = ac and odt == torch.bfloat16
+        shape, x2, cap, want, ac, odt, bf = _fwd_state(x, layer)
         cxr, cxc = _x_carriers(x, x2)
         with Q._section(weight.device):
             cwr, cwc = _tcar(weight.device).qdq_carrier(weight, rows=True, cols=True)
@@ -1220,13 +1218,7 @@ class _MXLinearCarriedFn(torch.autograd.Function):
                                      _rec_operand(weight, _qpart(qw, True), True, wr),
                                      _rec_carried(cxr, cwr), layer.recipe.fprop, (cxr, cwr))
             ctx.cap = (cap, qx, qw, x2.detach(), weight.detach(), xc, wc)
-        ctx.layer = layer
-        ctx.plan = plan
-        ctx.autocast = bf
-        ctx.shape = shape
-        ctx.x_dtype = x.dtype
-        ctx.w_dtype = weight.dtype
-        ctx.has_bias = bias is not None
+        _keep(ctx, layer, plan, bf, shape, x, weight, bias)
         ctx.k = (cxc.k, cwc.k)
         ctx.save_for_backward(cxc.codes, cxc.scales, cwc.codes, cwc.scales)
         return y.reshape(*shape[:-1], weight.shape[0])
