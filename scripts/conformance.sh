@@ -8,14 +8,25 @@ cd "$(dirname "$0")/.."
 export CI=${CI:-true}
 rc=0
 run() { echo "== conformance: $*" >&2; python3 -m pytest -q -p no:cacheprovider conformance "$@" || rc=1; }
+# two runs side by side (CI has two cores; the interpreter runs use one each), each into its
+# own log, printed in order once both are done; either failing fails the gate
+pair() {
+  local la lb; la=$(mktemp); lb=$(mktemp)
+  ( eval "$1" ) >"$la" 2>&1 & local pa=$!
+  ( eval "$2" ) >"$lb" 2>&1 & local pb=$!
+  wait $pa || rc=1
+  wait $pb || rc=1
+  cat "$la" "$lb"; rm -f "$la" "$lb"
+}
 # scripts/test.sh sets MXREF_GENERATE_CHECKED=1: its pytest run has just done the same check
 # (tests/test_golden.py::test_regeneration_matches_manifest_content, L0 and L1).
 if [ -z "${MXREF_GENERATE_CHECKED:-}" ]; then
   echo "== conformance: mxref generate --level 0 --level 1 --check" >&2
   python3 -m mxref generate --level 0 --level 1 --check --out golden || rc=1
 fi
-run --mxref-backend=numba --mxref-level=1
-run --mxref-backend=torch --mxref-level=1
-TRITON_INTERPRET=1 run --mxref-backend=triton --mxref-level=0
-TRITON_INTERPRET=1 run --mxref-backend=triton --mxref-level=1   # the whole of L1: about 1 min in the interpreter
+# (a failing run inside pair() exits its subshell non-zero: `run ... && exit $rc` there)
+pair 'NUMBA_NUM_THREADS=1 run --mxref-backend=numba --mxref-level=1; exit $rc' \
+     'TRITON_INTERPRET=1 run --mxref-backend=triton --mxref-level=0; exit $rc'
+pair 'run --mxref-backend=torch --mxref-level=1; exit $rc' \
+     'TRITON_INTERPRET=1 run --mxref-backend=triton --mxref-level=1; exit $rc'   # the whole of L1 in the interpreter
 exit $rc
