@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import glob
 import os
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -148,7 +149,7 @@ EDGE_POOL = [0x00, 0x01, 0x02, 0x03, 0x10, 0x40, 0x7F, 0x80, 0xC0, 0xF0, 0xF4, 0
 @pytest.mark.parametrize("fa,fb", EXACT_PAIRS)
 def test_block_sequential_random(gd, fa, fb):
     g, dev = gd
-    rng = np.random.default_rng(hash((fa, fb)) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(repr((fa, fb)).encode()))
     M, N, K = 70, 37, 200                          # ragged M, N (tiles of 32/64) and K
     ac, asc = rand_operand(rng, fa, M, K)
     bc, bsc = rand_operand(rng, fb, N, K)
@@ -233,7 +234,7 @@ def test_planes_finite_edges(gd, fa, fb):
     """Finite codes only (random FP8 bytes are mostly NaN blocks): block sums far wider than 24
     bits, scale bytes that push c_j into fp32 subnormals, to zero and past the largest fp32."""
     g, dev = gd
-    rng = np.random.default_rng(hash((fa, fb, 3)) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(repr((fa, fb, 3)).encode()))
     M, N, K = 40, 24, 160
     ac = rng.choice(_finite_codes(fa), (M, K))
     bc = rng.choice(_finite_codes(fb), (N, K))
@@ -451,7 +452,7 @@ def check_gemm_codes(y, ac, asc, fa, bc, bsc, fb, ts=None):
 def test_fast_within_bound(gd, fa, fb, pool, mode):
     """Both fast variants (operands decoded once to bf16, or decoded in the K loop)."""
     g, dev = gd
-    rng = np.random.default_rng(hash((fa, fb, pool)) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(repr((fa, fb, pool)).encode()))
     M, N, K = 40, 24, 160
     sp = EDGE_POOL + [0xFF] if pool == "edges" else None
     ac, asc = rand_operand(rng, fa, M, K, sp)

@@ -3,6 +3,8 @@ against mxref: mxref.rotate, mxref.quantize with mxref.random_bits words, MXTens
 Runs through the Triton interpreter on CPU; the data covers what random draws miss (NaN and Inf
 blocks, -0, fp32 subnormals, all-zero and tiny blocks, RNE ties and tie +- 1 ulp, amax at
 2^k - 1 ulp, values that overflow the rotation)."""
+import zlib
+
 import numpy as np
 import pytest
 import torch
@@ -104,7 +106,7 @@ CASES = [
 @pytest.mark.parametrize("n,signs,seed", CASES)
 @pytest.mark.parametrize("src", [torch.float32, torch.bfloat16])
 def test_qdq_matches_mxref_both_orientations(tt, dev, fmt, n, signs, seed, src):
-    rng = np.random.default_rng(hash((fmt, n, seed)) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(repr((fmt, n, seed)).encode()))
     C = 96
     top = _edge_rows(C, rng)
     x = np.concatenate([top, (rng.standard_normal((48, C)) *

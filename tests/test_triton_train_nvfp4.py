@@ -5,6 +5,8 @@ Runs through the Triton interpreter on CPU (and compiled on a GPU when there is 
 covers NaN and Inf elements, -0, fp32 subnormals (whole blocks, and in normal blocks, where
 the element products fall below 2^-126 or underflow to 0), all-zero and tiny blocks, the
 all-zero tensor (T = 1), E2M1 ties, and a tensor whose amax is Inf."""
+import zlib
+
 import numpy as np
 import pytest
 import torch
@@ -98,7 +100,7 @@ CASES = [(0, None, None), (0, None, 77), (16, ("mask", 0b1011000011110101), None
 def test_qdq_matches_mxref_both_orientations(tn, dev, profile, src, n, signs, seed):
     """Rows unrotated, columns rotated (the Wgrad operand of nvfp4-te), each its own amax and
     tensor scale; SR on both with different seeds."""
-    rng = np.random.default_rng(abs(hash((profile, n, seed))) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(repr((profile, n, seed)).encode()))
     x = _edge(96, rng)
     xt = torch.from_numpy(x).to(src)
     xf = xt.float().numpy()
