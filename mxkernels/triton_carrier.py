@@ -61,6 +61,21 @@ def _e4m3_code(c):
 
 
 @triton.jit
+def _group_scale(emax, any_ok, any_real):
+    """From a group's largest exponent field (NaN lanes as 0), whether it has any lane and any
+    non-NaN lane: (2^(127 - G) as two normal fp32 factors, the fp32 scale 2^(G - 127)) with
+    G = 0xFF for an all-NaN group, else max(emax - 8, 0); G = 0 is the subnormal 2^-127 (bits
+    0x00400000), 0xFF a NaN."""
+    G = tl.where((any_ok > 0) & (any_real == 0), 255, tl.maximum(emax - 8, 0))
+    d = 127 - G                                     # in [-128, 127]
+    d1 = d // 2
+    p1 = ((d1 + 127) << 23).to(tl.float32, bitcast=True)
+    p2 = ((d - d1 + 127) << 23).to(tl.float32, bitcast=True)
+    sb = tl.where(G == 0, 0x00400000, tl.where(G == 255, 0x7FC00000, G << 23))
+    return p1, p2, sb.to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def carrier_kernel(v_ptr, code_ptr, scale_ptr, n_rows, n_cols, M, n_groups,
                    AXIS: tl.constexpr, BM: tl.constexpr, F32: tl.constexpr):
     """Program (i, g): output rows i*BM .. +BM of one 128-group g. Output row m, group column
@@ -86,21 +101,14 @@ def carrier_kernel(v_ptr, code_ptr, scale_ptr, n_rows, n_cols, M, n_groups,
     emax = _max_along(tl.where(nan, 0, e), 1)
     any_ok = _max_along(tl.where(ok, 1, 0), 1)
     any_real = _max_along(tl.where(ok & (~nan), 1, 0), 1)
-    G = tl.where((any_ok > 0) & (any_real == 0), 255, tl.maximum(emax - 8, 0))
-    d = 127 - G                                     # in [-128, 127]
-    d1 = d // 2
-    d2 = d - d1
-    p1 = ((d1 + 127) << 23).to(tl.float32, bitcast=True)
-    p2 = ((d2 + 127) << 23).to(tl.float32, bitcast=True)
+    p1, p2, sf = _group_scale(emax, any_ok, any_real)
     c = (v * p1[:, None]) * p2[:, None]
     c8 = _e4m3_code(c)
     c8 = tl.where(nan, 0x7F, c8)
     c8 = tl.where(ok, c8, 0).to(tl.uint8)
     m_ok = m < M
     tl.store(code_ptr + m.to(tl.int64)[:, None] * kp + k[None, :], c8, mask=m_ok[:, None])
-    # fp32 2^(G - 127): G = 0 is the subnormal 2^-127 (bits 0x00400000), 0xFF a NaN
-    sb = tl.where(G == 0, 0x00400000, tl.where(G == 255, 0x7FC00000, G << 23))
-    tl.store(scale_ptr + g.to(tl.int64) * M + m, sb.to(tl.float32, bitcast=True), mask=m_ok)
+    tl.store(scale_ptr + g.to(tl.int64) * M + m, sf, mask=m_ok)
 
 
 @triton.jit
@@ -127,11 +135,7 @@ def _carrier_store(vb, m, code_ptr, scale_ptr, rows, cols, r0, c0, n_rows, n_col
         emax = _max_along(e3, 1)
         any_ok = _max_along(ok3, 1)
         any_real = _max_along(re3, 1)
-    G = tl.where((any_ok > 0) & (any_real == 0), 255, tl.maximum(emax - 8, 0))
-    d = 127 - G
-    d1 = d // 2
-    p1 = ((d1 + 127) << 23).to(tl.float32, bitcast=True)
-    p2 = ((d - d1 + 127) << 23).to(tl.float32, bitcast=True)
+    p1, p2, sf = _group_scale(emax, any_ok, any_real)
     if AXIS == 1:
         v3 = tl.reshape(vb.to(tl.float32, bitcast=True), (BR, BC // 128, 128))
         c = (v3 * p1[:, :, None]) * p2[:, :, None]
@@ -141,8 +145,6 @@ def _carrier_store(vb, m, code_ptr, scale_ptr, rows, cols, r0, c0, n_rows, n_col
     code = tl.reshape(_e4m3_code(c), (BR, BC))
     code = tl.where(nan, 0x7F, code)
     code = tl.where(m, code, 0).to(tl.uint8)
-    sb = tl.where(G == 0, 0x00400000, tl.where(G == 255, 0x7FC00000, G << 23))
-    sf = sb.to(tl.float32, bitcast=True)
     if AXIS == 1:
         kp = ((n_cols + 127) // 128) * 128
         tl.store(code_ptr + rows.to(tl.int64)[:, None] * kp + cols[None, :], code,
