@@ -43,7 +43,8 @@ import torch
 import triton
 import triton.language as tl
 
-from mxkernels.triton_common import KernelUnsupported, _max_along, sm_count
+from mxkernels.triton_common import (_MAX_COMBINE, _MIN_COMBINE, _SUM_COMBINE, KernelUnsupported,
+                                      _max_along, sm_count)
 from mxkernels.triton_fast import (
     INTERPRETED,
     _load_tile,
@@ -69,21 +70,10 @@ __all__ = [
 OUTLIER_RULES = {None: 0, "topk": 1, "block": 2}
 
 
-# core builtins only (tl.reduce / tl.associative_scan with these), never the @jit helpers of
-# triton.language.standard (tl.sum, tl.min, tl.cumsum): see triton_common
-@triton.jit
-def _add(a, b):
-    return a + b
-
-
-@triton.jit
-def _min(a, b):
-    return tl.minimum(a, b)
-
-
-@triton.jit
-def _max(a, b):
-    return tl.maximum(a, b)
+# core builtins only (tl.reduce / tl.associative_scan with these combine functions, which are
+# tl.sum's, tl.min's and tl.max's), never the @jit helpers of triton.language.standard
+# themselves: see triton_common. Every reduction here is over integers.
+_add, _min, _max = _SUM_COMBINE, _MIN_COMBINE, _MAX_COMBINE
 MACRO_SIZES = (32, 64, 128, 256)
 
 
