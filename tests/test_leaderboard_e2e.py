@@ -106,10 +106,14 @@ def test_cpu_and_training_suites_end_to_end(tmp_path):
     assert rec["verify"]["cases"] > 0 and {p["name"] for p in rec["peers"]} >= {"torch-eager"}
     r = _cli(["leaderboard", "run", "train", "--out", str(lb), "--model", "llama-tiny",
               "--tokens", "2048", "--seq-len", "32", "--batch-size", "4",
-              "--validate-every", "8", "--json"])
+              "--validate-every", "8", "--eval-tokens", "2048", "--json"])
     assert r.exit_code == 0, r.output
     (tr,) = json.loads(r.stdout)["records"]
     t = json.loads(open(tr).read())
+    assert t["command"][t["command"].index("--eval-tokens") + 1] == "2048"
+    for run in ("bf16", "mxfp4-fdw"):
+        cfg = json.loads((lb / "runs" / run / "config.json").read_text())
+        assert cfg["train"]["eval_tokens"] == 2048
     assert t["verify"]["kind"] == "in-run-validation" and t["verify"]["status"] == "pass"
     assert t["roofline"]["ratio_label"] == "x bf16 step time"
     assert t["quality"]["loss_curve"] and t["quality"]["baseline_curve"]

@@ -160,6 +160,9 @@ def run_gpu_cmd(out, size, repeats, levels, kernels, processes, jobs, backends, 
 @click.option("--seq-len", type=click.IntRange(1), default=128, show_default=True)
 @click.option("--batch-size", type=click.IntRange(1), default=8, show_default=True)
 @click.option("--validate-every", type=click.IntRange(1), default=4, show_default=True)
+@click.option("--eval-tokens", type=click.IntRange(1), default=65_536, show_default=True,
+              help="Validation tokens of each run's final evaluation (mxref train "
+                   "--eval-tokens).")
 @click.option("--threads", type=click.IntRange(0), default=1, show_default=True)
 @click.option("--block-steps", type=click.IntRange(1), default=5, show_default=True,
               help="Cut the timed steps into blocks of at least this many steps (one block if "
@@ -167,7 +170,7 @@ def run_gpu_cmd(out, size, repeats, levels, kernels, processes, jobs, backends, 
                    "metric.samples). The bf16 roofline's steps likewise.")
 @click.option("--json", "as_json", is_flag=True)
 def run_train_cmd(out, model, recipes, tokens, seed, device, seq_len, batch_size,
-                  validate_every, threads, block_steps, as_json):
+                  validate_every, eval_tokens, threads, block_steps, as_json):
     """Training recipes: bf16 and each recipe, same data order, in-run validation on."""
     from .runners import run_train
     try:
@@ -175,7 +178,8 @@ def run_train_cmd(out, model, recipes, tokens, seed, device, seq_len, batch_size
                           recipes=[r for r in recipes.split(",") if r], tokens=tokens,
                           seed=seed, device=device, seq_len=seq_len, batch_size=batch_size,
                           validate_every=validate_every, threads=threads,
-                          command=command_line(), block_steps=block_steps)
+                          command=command_line(), block_steps=block_steps,
+                          eval_tokens=eval_tokens)
     except MXRefError as e:
         _fail(str(e), 4)
     _ran(paths, as_json, out)

@@ -336,7 +336,8 @@ def ingest_gpu(out: Path, doc: dict, report: dict, rel: str, sha: str, command) 
 # ---------------------------------------------------------------------------------------------
 def run_train(out: Path, *, model: str, recipes: list[str], tokens: int, seed: int,
               device: str, seq_len: int, batch_size: int, validate_every: int, threads: int,
-              command: list[str], block_steps: int = TRAIN_BLOCK_STEPS) -> list[Path]:
+              command: list[str], block_steps: int = TRAIN_BLOCK_STEPS,
+              eval_tokens: int = 65_536) -> list[Path]:
     git_state()     # commit + tree of the files now, before the run writes (cached)
     out.mkdir(parents=True, exist_ok=True)
     log = out / "run.log"
@@ -347,7 +348,7 @@ def run_train(out: Path, *, model: str, recipes: list[str], tokens: int, seed: i
                rc_name, "--tokens", str(tokens), "--seed", str(seed), "--out", rd,
                "--device", device, "--seq-len", str(seq_len), "--batch-size", str(batch_size),
                "--validate-every", str(validate_every if rc_name != "bf16" else 0),
-               "--threads", str(threads), "--no-progress"]
+               "--eval-tokens", str(eval_tokens), "--threads", str(threads), "--no-progress"]
         rc = _run(cmd, log)
         summ = rd / "summary.json"
         if rc != 0 or not summ.is_file() or \
