@@ -769,11 +769,12 @@ def _gamma(n: int, u: float) -> float:
 
 
 @nb.njit(**_JIT)
-def _upcast_flags(vals, bexp, bs, base, min_exp, inexact, too_big):
+def _upcast_flags(vals, bexp, bs, base, min_exp, inexact, tiny, too_big):
     """Per element of an MX operand: inexact when the lowest set bit of its value lies below
-    2^min_exp (the upcast format's smallest quantum); per row: too_big when some
-    |value| >= 2^128 (Inf in fp32 and bf16). MX significands have <= 8 bits, so nothing else
-    can be inexact in bf16 or fp32."""
+    2^min_exp (the upcast format's smallest quantum); tiny when the whole value does (|value|
+    < 2^min_exp: the upcast may make it 0); per row: too_big when some |value| >= 2^128 (Inf
+    in fp32 and bf16). MX significands have <= 8 bits, so nothing else can be inexact in bf16
+    or fp32."""
     rows, k_len = vals.shape
     for r in range(rows):
         for k in range(k_len):
@@ -786,17 +787,29 @@ def _upcast_flags(vals, bexp, bs, base, min_exp, inexact, too_big):
                 low += 1
             if low + e < min_exp:
                 inexact[r, k] = True
+            if bit_length(v) - 1 + e < min_exp:
+                tiny[r, k] = True
             if bit_length(v) - 1 + e >= 128:
                 too_big[r] = True
 
 
 def _element_flags(op: _Operand, min_exp: int):
     inexact = np.zeros(op.vals.shape, dtype=np.bool_)
+    tiny = np.zeros(op.vals.shape, dtype=np.bool_)
     too_big = np.zeros(op.rows, dtype=np.bool_)
     if op.vals.size:
         _upcast_flags(np.ascontiguousarray(op.vals, dtype=np.int64), op.bexp, op.bs, op.base,
-                      min_exp, inexact, too_big)
-    return inexact, too_big
+                      min_exp, inexact, tiny, too_big)
+    return inexact, tiny, too_big
+
+
+def _inf_meets(a: _Operand, b: _Operand, tiny_a, tiny_b) -> np.ndarray:
+    """[M, N]: some k pairs an Inf element of one operand with a nonzero element of the other
+    that the upcast may turn into 0. The exact product there is +-Inf (or NaN), but an upcast
+    kernel computes Inf * 0 = NaN, as its contract allows."""
+    inf_a = (a.kinds == KIND_INF).astype(np.int64)
+    inf_b = (b.kinds == KIND_INF).astype(np.int64)
+    return ((inf_a @ tiny_b.T.astype(np.int64)) + (tiny_a.astype(np.int64) @ inf_b.T)) > 0
 
 
 def gemm_error_bound(a, b, *, terms: str = "elements", upcast: str = "bf16",
@@ -852,11 +865,13 @@ def _bound(a: _Operand, b: _Operand, terms, upcast, rounding, exact) -> np.ndarr
         s = _abs_sum(a, b, a.vals, b.vals, abs_blocks=True)
     d = np.zeros_like(s)
     too_big = np.zeros(out.shape, dtype=np.bool_)
+    inf_nan = None
     if not a.fmt.is_nvfp4 and terms == "elements":
         min_exp = _UPCAST_MIN_EXP[upcast]
-        ina, big_a = _element_flags(a, min_exp)
-        inb, big_b = _element_flags(b, min_exp)
+        ina, tiny_a, big_a = _element_flags(a, min_exp)
+        inb, tiny_b, big_b = _element_flags(b, min_exp)
         too_big = big_a[:, None] | big_b[None, :]
+        inf_nan = _inf_meets(a, b, tiny_a, tiny_b)
         if ina.any() or inb.any():          # D = 3 (sum_inexact-A |a||b| + sum_inexact-B |a||b|)
             da = _abs_sum(a, b, np.where(ina, abs_a, 0), abs_b, False)
             db = _abs_sum(a, b, abs_a, np.where(inb, abs_b, 0), False)
@@ -873,7 +888,10 @@ def _bound(a: _Operand, b: _Operand, terms, upcast, rounding, exact) -> np.ndarr
             err, reach = _nvfp4_epilogue(a.tbits, b.tbits, s, e1, reach, u, eta)
         total = _up(err + half_ulp)
     total = np.where((reach > FLT_MAX) | too_big | np.isinf(total), np.inf, total)
-    return _specials_into_bound(total, y_exact)
+    bound = _specials_into_bound(total, y_exact)
+    if inf_nan is not None:       # exact +-Inf, and Inf * (an element the upcast flushed) = NaN
+        bound = np.where(np.isinf(y_exact) & inf_nan, np.inf, bound)
+    return bound
 
 
 def _nvfp4_epilogue(ta_bits, tb_bits, s, e1, reach, u, eta):
@@ -954,7 +972,8 @@ def check_gemm(y, a, b, *, exact=None, bound=None, terms: str = "elements",
     """Check a kernel's [M, N] output y (fp32, bf16, fp16 or torch) against the exact product of
     MXTensors a, b and :func:`gemm_error_bound`. NaN must appear exactly where the exact
     product is NaN; where the bound is +inf any number passes (NaN too with
-    ``allow_nan_where_unbounded``: an order-dependent +Inf + -Inf is legitimate there)."""
+    ``allow_nan_where_unbounded``: an order-dependent +Inf + -Inf is legitimate there, and so
+    is Inf * 0 where the upcast flushed a tiny element facing an Inf)."""
     a_op, b_op = _tensor_operands(a, b)
     y_exact = _product(a_op, b_op, "exact") if exact is None else _check_exact(exact, a_op, b_op)
     if bound is None:

@@ -789,6 +789,35 @@ def test_inf_elements_bound_is_zero_unless_overflow_is_possible():
     assert chk.n_outside == 1 and not chk.within[0, 0] and chk.within[1, 0]
 
 
+def test_inf_times_an_element_the_upcast_flushes_may_be_nan():
+    """An Inf element against a nonzero element below the upcast's smallest quantum: the exact
+    product is Inf, but a kernel that decodes to bf16 makes that element 0 and computes
+    Inf * 0 = NaN, as its contract allows: the bound is +inf there (any value), and stays 0 at
+    the Inf outputs where nothing is flushed. Found by test_fast_within_bound on e5m2 edges
+    (a hash()-seeded run: NaN where the checker demanded +Inf)."""
+    ca = np.zeros((2, 32), np.uint8)
+    ca[0, 0] = 0x7C                                 # +Inf (E5M2)
+    ca[1, 0] = 0x3C                                 # 1.0
+    A = as_tensor(ca, np.full((2, 1), 127, np.uint8), "mxfp8_e5m2")
+    cb = np.zeros((2, 32), np.uint8)
+    cb[0, 0] = 0x01                                 # 2^-16 * 2^-127 = 2^-143: 0 in bf16
+    cb[1, 0] = 0x3C                                 # 1.0 * 2^-127: a bf16 subnormal, exact
+    B = as_tensor(cb, np.zeros((2, 1), np.uint8), "mxfp8_e5m2")
+    exact = G.gemm(A, B)
+    assert exact[0, 0] == np.inf and exact[0, 1] == np.inf
+    bound = G.gemm_error_bound(A, B, exact=exact)
+    assert bound[0, 0] == np.inf and bound[0, 1] == 0
+    # what a bf16-decoding kernel computes: NaN at [0, 0], +Inf at [0, 1]
+    y = (dequant_f32(A).astype(ml_dtypes.bfloat16).astype(np.float32) @
+         dequant_f32(B).astype(ml_dtypes.bfloat16).astype(np.float32).T)
+    assert np.isnan(y[0, 0]) and y[0, 1] == np.inf
+    assert G.check_gemm(y, A, B, exact=exact, allow_nan_where_unbounded=True).ok
+    # nothing is flushed without the upcast: Inf * 2^-143 must stay +Inf
+    assert G.gemm_error_bound(A, B, exact=exact, upcast="fp32")[0, 0] == 0
+    y[0, 1] = np.nan                               # NaN where nothing was flushed: caught
+    assert not G.check_gemm(y, A, B, exact=exact, allow_nan_where_unbounded=True).ok
+
+
 def test_faithful_rounding_bound_is_wider_and_still_holds():
     A, B = bound_case("mxfp8_e4m3", "random")
     exact = G.gemm(A, B)

@@ -462,6 +462,25 @@ def test_fast_within_bound(gd, fa, fb, pool, mode):
     assert check_gemm_codes(y, ac, asc, fa, bc, bsc, fb, ts)
 
 
+@pytest.mark.parametrize("mode", ["fast", "fast_fused"])
+def test_fast_inf_times_a_flushed_element_is_within_the_contract(gd, mode):
+    """An E5M2 +Inf against 2^-143 (0 once decoded to bf16): the fast kernels give NaN where
+    the exact product is +Inf, which the bound allows there (+inf) and only there: the +Inf
+    output beside it, where nothing is flushed, must still be +Inf."""
+    g, dev = gd
+    ac = np.zeros((2, 32), np.uint8)
+    ac[0, 0], ac[1, 0] = 0x7C, 0x3C                  # +Inf, 1.0
+    bc = np.zeros((2, 32), np.uint8)
+    bc[0, 0], bc[1, 0] = 0x01, 0x3C                  # 2^-16, 1.0 (block scale 2^-127)
+    asc, bsc = np.full((2, 1), 127, np.uint8), np.zeros((2, 1), np.uint8)
+    y = run(g, dev, ac, asc, "mxfp8_e5m2", bc, bsc, "mxfp8_e5m2", mode=mode, block_k=64)
+    assert np.isnan(y[0, 0]) and y[0, 1] == np.inf
+    assert check_gemm_codes(y, ac, asc, "mxfp8_e5m2", bc, bsc, "mxfp8_e5m2")
+    y[0, 1] = np.nan
+    with pytest.raises(AssertionError, match="outside the bound"):
+        check_gemm_codes(y, ac, asc, "mxfp8_e5m2", bc, bsc, "mxfp8_e5m2")
+
+
 @pytest.mark.parametrize("matmul", ["triton", "cublas"])
 def test_fast_matmul_choice(gd, matmul):
     """mode="fast" with the Triton bf16 GEMM or the vendor BLAS product of the decoded operands:
