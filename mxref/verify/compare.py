@@ -309,8 +309,10 @@ def gemm_within(act: np.ndarray, exp: np.ndarray, bound: np.ndarray):
         d = np.abs(a - e)
     same = (a == e)                                    # also covers equal infinities
     ok_fin = same | (np.isfinite(d) & (d <= bound))
-    # at the boundary, decide exactly (float64 subtraction of two fp32 values can round)
-    near = fin & ~same & np.isfinite(d) & (np.abs(d - bound) <= 2.0 ** -40 * bound)
+    # at the boundary, decide exactly (float64 subtraction of two fp32 values can round); an
+    # infinite d or bound is decided above (inf - inf here is a NaN that compares False)
+    with np.errstate(invalid="ignore"):
+        near = fin & ~same & np.isfinite(d) & (np.abs(d - bound) <= 2.0 ** -40 * bound)
     for i in zip(*np.nonzero(near)):
         ok_fin[i] = abs(Fraction(float(a[i])) - Fraction(float(e[i]))) <= Fraction(float(bound[i]))
     ok = np.where(fin, ok_fin, ok)
