@@ -123,3 +123,76 @@ def test_phases_show_an_early_lead_that_ends_level(tmp_path):
     md = C.markdown_table(rep)
     assert "| ms-fp4 | -0.200 | +0.000 | +0.000 | +0.000 |" in md
     assert "0-10% | 10-25% | 25-50% | 50-100%" in md
+
+
+def _run_vals(root, name, recipe, n, val_of, seed, complete=True):
+    """A run of ``n`` steps (loss 4 everywhere) with a validation point every 10 steps whose
+    value is ``val_of(step)``; no summary.json when not complete (a run stopped early)."""
+    d = root / name
+    d.mkdir(parents=True)
+    cfg = {"recipe": {"name": recipe}, "corpus": {"sha256": "abc"},
+           "train": {"seed": seed, "model": "llama-tiny", "seq_len": 10, "batch_size": 10,
+                     "tokens": 100 * 60}}
+    (d / "config.json").write_text(json.dumps(cfg))
+    lines = []
+    for s in range(n):
+        rec = {"step": s, "tokens": 100 * (s + 1), "loss": 4.0 + val_of(s) - val_of(0)}
+        if s % 10 == 9:
+            rec["val_loss"] = val_of(s)
+        lines.append(json.dumps(rec))
+    (d / "log.jsonl").write_text("\n".join(lines) + "\n")
+    if complete:
+        (d / "summary.json").write_text(json.dumps({"status": "complete"}))
+    return str(d)
+
+
+def test_at_step_compares_runs_where_all_of_them_stood(tmp_path):
+    """Seed 1's two arms stopped at step 45 of 60. Cut at step 39, every run counts and the
+    contrast of the two arms has both seeds (by hand: a - b = 0.02 at step 39 in each seed,
+    because a's val is bf16's + 0.03 and b's + 0.01). Without the cut, seed 1 is left out of
+    the contrast (its arms are not complete) and a's final dL val is seed 0's alone."""
+    bf = lambda s: 3.0 - 0.01 * s
+    paths = []
+    for seed in (0, 1):
+        n = 60 if seed == 0 else 46
+        paths += [_run_vals(tmp_path, f"bf16-s{seed}", "bf16", 60, bf, seed),
+                  _run_vals(tmp_path, f"a-s{seed}", "a", n, lambda s: bf(s) + 0.03, seed,
+                            complete=seed == 0),
+                  _run_vals(tmp_path, f"b-s{seed}", "b", n, lambda s: bf(s) + 0.01 * (s < 40)
+                            + 0.5 * (s >= 40), seed, complete=seed == 0)]
+    pairs = [("a", "b", "a against b")]
+    cut = C.compare_runs(paths, at_step=39)
+    con = C.contrasts(cut, pairs)[0]
+    assert [d["seed"] for d in con["per_seed"]] == [0, 1]
+    assert [d["dL_val"] for d in con["per_seed"]] == pytest.approx([0.02, 0.02])
+    assert con["dL_val"]["mean"] == pytest.approx(0.02)
+    rows = {r["name"]: r for r in cut["runs"]}
+    assert rows["a-s1"]["dL_val"] == pytest.approx(0.03) and rows["a-s1"]["reached_at_step"]
+    assert cut["at_step"] == 39
+    assert {a["recipe"]: a["statuses"] for a in cut["by_recipe"]}["a"] == ["reached step 39"]
+    assert "cut after step 39" in C.markdown_table(cut)
+    # not cut: the stopped arms are not complete, so the contrast has seed 0 only, whose b
+    # ended 0.5 above bf16 (its late jump): a - b = 0.03 - 0.5
+    full = C.compare_runs(paths)
+    con = C.contrasts(full, pairs)[0]
+    assert [d["seed"] for d in con["per_seed"]] == [0]
+    assert con["dL_val"]["mean"] == pytest.approx(-0.47)
+    # a cut no run of seed 1 reached (step 50): seed 1 leaves the contrast again
+    late = C.compare_runs(paths, at_step=50)
+    assert [d["seed"] for d in C.contrasts(late, pairs)[0]["per_seed"]] == [0]
+    assert {a["recipe"]: a["statuses"] for a in late["by_recipe"]}["a"] == [
+        "reached step 50", "stopped before step 50"]
+
+
+def test_cli_at_step(tmp_path):
+    from mxkernels.training.cli import train_group
+    bf = lambda s: 3.0 - 0.01 * s
+    paths = [_run_vals(tmp_path, "bf16-s0", "bf16", 60, bf, 0),
+             _run_vals(tmp_path, "a-s0", "a", 46, lambda s: bf(s) + 0.03, 0, complete=False)]
+    res = CliRunner().invoke(train_group, ["compare", *paths, "--at-step", "39", "--json",
+                                           "-o", str(tmp_path / "cmp")])
+    assert res.exit_code == 0, res.output
+    doc = json.loads(res.output)
+    assert doc["at_step"] == 39 and doc["runs"][0]["dL_val"] == pytest.approx(0.03)
+    res = CliRunner().invoke(train_group, ["compare", *paths, "--at-step", "-1"])
+    assert res.exit_code == 2 and "-1" in res.output

@@ -194,8 +194,12 @@ def _num(v):
               help="Add this experiment grid's paired contrasts (amd, decomp, ms-fp4, "
                    "hopper-moe).")
 @click.option("--title", default="", help="Title of the plot.")
+@click.option("--at-step", type=click.IntRange(0), default=None,
+              help="Cut every run after this step and compare them as they stood then (runs "
+                   "that stopped at different points; a contrast uses the seeds whose runs "
+                   "reached it).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-def compare_cmd(runs, out, grid, title, as_json):
+def compare_cmd(runs, out, grid, title, at_step, as_json):
     """dL versus the bf16 run of the same seed: final, smoothed, extra tokens, curves."""
     from .compare import compare_runs, contrasts, markdown_table, public, write_compare
     from .experiments import CONTRASTS
@@ -203,7 +207,7 @@ def compare_cmd(runs, out, grid, title, as_json):
     if grid is not None and grid not in CONTRASTS:
         _fail(f"unknown grid {grid!r}; known: {', '.join(CONTRASTS)}", EXIT_USAGE)
     try:
-        report = compare_runs(runs)
+        report = compare_runs(runs, at_step=at_step)
     except MXRefError as e:
         _fail(str(e), EXIT_USAGE)
     if grid is not None:

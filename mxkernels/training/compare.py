@@ -65,7 +65,9 @@ def phase_means(diff: np.ndarray, bounds=PHASES) -> list[dict]:
     return out
 
 
-def load_run(path) -> dict:
+def load_run(path, at_step: int | None = None) -> dict:
+    """A run directory's config, losses and validation points; with ``at_step`` only the
+    records of steps <= at_step (the run as it stood then)."""
     p = Path(path)
     try:
         config = json.loads((p / "config.json").read_text())
@@ -79,6 +81,8 @@ def load_run(path) -> dict:
             except ValueError:
                 continue
             if not isinstance(r.get("loss"), float):
+                continue
+            if at_step is not None and r["step"] > at_step:
                 continue
             steps.append(r["step"])
             tokens.append(r["tokens"])
@@ -101,7 +105,9 @@ def load_run(path) -> dict:
             "pair_key": (t["model"], t["seed"], config["corpus"]["sha256"], t["seq_len"],
                          t["batch_size"], t["tokens"]),
             "steps": np.array(steps), "tokens": np.array(tokens, dtype=np.float64),
-            "loss": np.array(loss, dtype=np.float64), "val": val, "decomp": decomp}
+            "loss": np.array(loss, dtype=np.float64), "val": val, "decomp": decomp,
+            "at_step": at_step,
+            "reached_at_step": at_step is not None and at_step in set(steps)}
 
 
 def decomposition_summary(runs: list) -> list:
@@ -173,6 +179,10 @@ def compare_pair(run: dict, base: dict) -> dict:
     row = {"run": run["path"], "name": run["name"], "recipe": run["recipe"], "seed": run["seed"],
            "model": run["model"], "baseline": base["path"], "steps": int(len(run["loss"])),
            "status": run["summary"].get("status", "incomplete")}
+    if run["at_step"] is not None:
+        # cut at a step both runs reached: compared as they stood then (final = at that step)
+        row["at_step"] = run["at_step"]
+        row["reached_at_step"] = run["reached_at_step"] and base["reached_at_step"]
     if n == 0:
         return row
     diff = run["loss"][:n] - base["loss"][:n]
@@ -217,8 +227,12 @@ def compare_pair(run: dict, base: dict) -> dict:
     return row
 
 
-def compare_runs(paths) -> dict:
-    runs = [load_run(p) for p in paths]
+def compare_runs(paths, at_step: int | None = None) -> dict:
+    """Pair each run with its bf16 baseline; with ``at_step`` every run is cut after that step
+    (a grid whose runs stopped at different points compared where all of them stood)."""
+    if at_step is not None and at_step < 0:
+        raise RunDirError(f"--at-step must be >= 0, got {at_step}")
+    runs = [load_run(p, at_step) for p in paths]
     if not runs:
         raise RunDirError("no run directories to compare")
     bases = {r["pair_key"]: r for r in runs if r["recipe"] == "bf16"}
@@ -258,8 +272,10 @@ def compare_runs(paths) -> dict:
                     "step_time_ratio_mean": _mean(x.get("step_time_ratio") for x in rs),
                     "peak_mem_ratio_mean": _mean(x.get("peak_mem_ratio") for x in rs),
                     "dL_train_phases_mean": _phase_mean(rs),
-                    "statuses": sorted({x["status"] for x in rs})})
-    return {"schema": SCHEMA, "runs": rows, "by_recipe": agg, "unpaired": unpaired,
+                    "statuses": sorted({_status(x) for x in rs}),
+                    **({"reached_at_step_all": all(x.get("reached_at_step") for x in rs)}
+                       if at_step is not None else {})})
+    return {"schema": SCHEMA, "at_step": at_step, "runs": rows, "by_recipe": agg, "unpaired": unpaired,
             "baselines": [b["path"] for b in bases.values()],
             "decomposition": decomposition_summary(runs), "_loaded": runs}
 
@@ -308,7 +324,7 @@ def contrasts(report: dict, pairs) -> list[dict]:
         per_seed = []
         for s in seeds:
             ra, rb = rows[(a, s)], rows[(b, s)]
-            if ra.get("status") != "complete" or rb.get("status") != "complete":
+            if not (_usable(ra) and _usable(rb)):
                 continue
             d = {"seed": s}
             for k in CONTRAST_KEYS:
@@ -320,6 +336,20 @@ def contrasts(report: dict, pairs) -> list[dict]:
         out.append({"a": a, "b": b, "what": what, "per_seed": per_seed,
                     **{k: ci95(d.get(k) for d in per_seed) for k in CONTRAST_KEYS}})
     return out
+
+
+def _status(row) -> str:
+    if row.get("at_step") is None:
+        return row["status"]
+    return (f"reached step {row['at_step']}" if row.get("reached_at_step")
+            else f"stopped before step {row['at_step']}")
+
+
+def _usable(row) -> bool:
+    """A run row a contrast may use: complete, or cut at a step it and its baseline reached."""
+    if row.get("at_step") is not None:
+        return bool(row.get("reached_at_step"))
+    return row.get("status") == "complete"
 
 
 def _pm(c) -> str:
@@ -350,7 +380,11 @@ def _fmt(v, spec="+.4f"):
 
 
 def markdown_table(report: dict) -> str:
-    lines = ["| recipe | seeds | dL val | dL train (last 10%) | extra tokens to bf16 loss "
+    lines = []
+    if report.get("at_step") is not None:
+        lines += [f"Every run cut after step {report['at_step']}: 'final' means at that step "
+                  "(runs that did not reach it are marked in the status column).", ""]
+    lines += ["| recipe | seeds | dL val | dL train (last 10%) | extra tokens to bf16 loss "
              "(direct; iso-loss estimate) | step time / bf16 | peak mem / bf16 | status |",
              "|---|---|---|---|---|---|---|---|"]
     for a in report["by_recipe"]:
