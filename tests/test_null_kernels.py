@@ -116,6 +116,35 @@ CASES = [
 IDS = [c[0] for c in CASES]
 
 
+@pytest.fixture(scope="module", autouse=True)
+def numpy_xor_reduce():
+    """The interpreter reduces with a custom combine function one Python call per lane; tl.sum,
+    tl.min and tl.max go through numpy. The null kernels' XOR reduction (``_xor_combine``,
+    associative and commutative) gets the same numpy path here: ``np.bitwise_xor.reduce``
+    gives the same bits in any order. Only the interpreter's reduction changes; the kernels
+    are the ones timed on the GPU. Where this triton's interpreter is laid out differently the
+    slow path stays."""
+    try:
+        from triton.runtime.interpreter import ReduceOps
+    except ImportError:
+        yield
+        return
+    orig = ReduceOps.apply_impl
+
+    def apply_impl(self, input):
+        fn = getattr(self.combine_fn, "fn", self.combine_fn)
+        if getattr(fn, "__name__", "") == "_xor_combine" and len(input) == 1:
+            t = input[0]
+            data = np.bitwise_xor.reduce(t.handle.data, axis=self.axis, keepdims=self.keep_dims)
+            return self.to_tensor(data, t.dtype)
+        return orig(self, input)
+    ReduceOps.apply_impl = apply_impl
+    try:
+        yield
+    finally:
+        ReduceOps.apply_impl = orig
+
+
 def _x(shape, src, seed=0):
     g = torch.Generator().manual_seed(seed)
     x = torch.randn(shape, generator=g) * 3
