@@ -159,21 +159,22 @@ def _build(spec_target, fn, sig, ce):
 
 
 def _target_matrix(specs):
-    """(target, spec) pairs: every spec for sm_90 and one of the AMD targets (gfx942 and
-    gfx950 in turn), and each kernel's first spec for all three, so that every kernel builds
-    for every target and every constexpr combination for CUDA and for ROCm (259 builds
+    """(target, spec) pairs: each kernel's first spec for all three targets, and every other
+    spec for one AMD target, gfx942 and gfx950 in turn. Every kernel then builds for every
+    target and every constexpr combination for ROCm, which has no hardware here: this build is
+    its only check. The other specs build for sm_90 wherever the GPU tests run (206 builds
     instead of the full product's 313, 2026-11-28). MXREF_AOT_ALL_TARGETS=1: the full
     product."""
     full = os.environ.get("MXREF_AOT_ALL_TARGETS") == "1"
-    seen, amd, out = set(), 0, []
+    seen, turn, out = set(), 0, []
     for spec in specs:
         first = (spec[0], spec[2]) not in seen
         seen.add((spec[0], spec[2]))
         if full or first:
             out += [(t, spec) for t in TARGETS]
         else:
-            out += [("sm_90", spec), (("gfx942", "gfx950")[amd % 2], spec)]
-            amd += 1
+            out.append((("gfx942", "gfx950")[turn % 2], spec))
+            turn += 1
     return out
 
 
@@ -187,8 +188,7 @@ def test_module_kernels_compile(target, spec):
 def test_target_matrix_covers_every_kernel_and_spec():
     pairs = _target_matrix(SPECS)
     for spec in SPECS:
-        targets = {t for t, s in pairs if s is spec}
-        assert "sm_90" in targets and targets & {"gfx942", "gfx950"}, spec[:2]
+        assert {t for t, s in pairs if s is spec} & {"gfx942", "gfx950"}, spec[:2]
     for short, fn in {(s[0], s[2]) for s in SPECS}:
         assert {t for t, s in pairs if s[0] == short and s[2] is fn} == set(TARGETS), short
 
