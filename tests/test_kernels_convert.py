@@ -345,6 +345,7 @@ class _ConvertBackend(Backend):
         return _np(s), _np(c)
 
 
+@pytest.mark.corpus_twin
 @pytest.mark.parametrize("ops, level", [(("mxfp4_to_fp8", "fp8_to_mxfp4"), 0),
                                         (("mxfp4_to_fp8", "fp8_to_mxfp4"), 1),
                                         (("reblock",), 0), (("reblock",), 1)])

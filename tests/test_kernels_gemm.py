@@ -588,6 +588,7 @@ def _golden_files():
     return files
 
 
+@pytest.mark.corpus_twin
 @pytest.mark.parametrize("path", _golden_files(), ids=lambda p: "/".join(Path(p).parts[-3::2]))
 def test_golden(g, path):
     from mxref.golden.store import read_golden

@@ -461,6 +461,7 @@ def _qr_selected(path):
     return FULL or prof in ("ocp", "rceil") or (fmt == "nvfp4" and lvl == "L0")
 
 
+@pytest.mark.corpus_twin
 @pytest.mark.parametrize("path", [p for p in _QR_FILES if _qr_selected(p)])
 def test_golden_quantize_rotated(dev, path):
     mod = kmod(dev)

@@ -280,6 +280,7 @@ class _SRBackend(Backend):
         return _u32(self.mod.random_bits(n, seed=seed, offset=offset, device=self.dev))
 
 
+@pytest.mark.corpus_twin
 @pytest.mark.parametrize("level", [0, 1])
 def test_golden_quantize_mx_sr(env, level):
     mod, dev = env

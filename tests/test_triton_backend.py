@@ -397,3 +397,12 @@ def test_production_routing_reaches_the_fast_kernels(monkeypatch):
     rep = verify(be, levels=(0,), ops=["quantize_mx"], formats=["mxfp4"], profiles=["ocp"],
                  src_dtypes=["bfloat16"])
     assert calls and rep.exit_code == 1
+
+
+def test_corpus_twins_are_ops_the_conformance_run_verifies(backend):
+    """tests/conftest.py leaves the interpreter items of the ``corpus_twin`` kernel tests to
+    scripts/conformance.sh's Triton run; that run verifies every op this backend claims, so
+    each twin's ops must be claimed here."""
+    twins = {"mxfp4_to_fp8", "fp8_to_mxfp4", "reblock", "quantize_mx_sr", "quantize_rotated",
+             "gemm"}
+    assert twins <= set(backend.ops), twins - set(backend.ops)
