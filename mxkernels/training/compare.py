@@ -275,8 +275,8 @@ def compare_runs(paths, at_step: int | None = None) -> dict:
                     "statuses": sorted({_status(x) for x in rs}),
                     **({"reached_at_step_all": all(x.get("reached_at_step") for x in rs)}
                        if at_step is not None else {})})
-    return {"schema": SCHEMA, "at_step": at_step, "runs": rows, "by_recipe": agg, "unpaired": unpaired,
-            "baselines": [b["path"] for b in bases.values()],
+    return {"schema": SCHEMA, "at_step": at_step, "runs": rows, "by_recipe": agg,
+            "unpaired": unpaired, "baselines": [b["path"] for b in bases.values()],
             "decomposition": decomposition_summary(runs), "_loaded": runs}
 
 
