@@ -75,7 +75,9 @@ def __dir__():
 
 
 def warmup() -> None:
-    """Compile every kernel once (first-use compilation otherwise lands in the first call)."""
+    """Compile the core kernels once: quantize and dequantize for every format, and SR
+    (first-use compilation otherwise lands in the first call). The GEMM, rotation, FP8 <-> FP4
+    and correction kernels still compile on their first use."""
     import numpy as np
 
     from .formats import FORMATS

@@ -196,7 +196,8 @@ def _diff_row(fmt, name, base, got):
 
 @click.command("warmup")
 def warmup_cmd():
-    """Compile every Numba kernel now (otherwise the first call compiles)."""
+    """Compile the core Numba kernels now: quantize and dequantize for every format, and SR.
+    GEMM, rotation, conversion and correction kernels still compile on first use."""
     import time
 
     from .. import warmup
