@@ -3,6 +3,7 @@
 the t intervals and the paired contrasts of compare."""
 import json
 import math
+import subprocess
 import threading
 import time
 from pathlib import Path
@@ -413,3 +414,30 @@ def test_host_side_mxref_kernels_and_the_check_share_one_lock(tmp_path, monkeypa
     assert quant.sr_bits((4, 32), 7, "cpu").shape == (4, 32)
     trainer._run_check(("l", torch.nn.Linear(1, 1)), 0, False, False)
     assert seen == [("bits", True), ("check", True)] and not quant.HOST_NUMBA.locked()
+
+
+def test_a_child_runs_on_the_gpu_its_slot_names_under_a_parents_visible_devices(
+        tmp_path, monkeypatch):
+    """Slot k is the parent's k-th visible GPU: under CUDA_VISIBLE_DEVICES=2,3 the child of
+    slot 1 must see GPU 3 (it was told "1": another grid's GPU)."""
+    from mxkernels.rl import experiment as rl
+    from mxkernels.training.slots import child_visible_devices as cvd
+
+    assert cvd(1, {}) == "1" and cvd(0, {"CUDA_VISIBLE_DEVICES": ""}) == "0"
+    assert cvd(1, {"CUDA_VISIBLE_DEVICES": "2,3"}) == "3"
+    assert cvd(0, {"CUDA_VISIBLE_DEVICES": " GPU-ab12 , GPU-cd"}) == "GPU-ab12"
+    with pytest.raises(ValueError, match="slot 2"):
+        cvd(2, {"CUDA_VISIBLE_DEVICES": "2,3"})
+    seen = []
+
+    def fake_run(cmd, env, **kw):
+        seen.append(env["CUDA_VISIBLE_DEVICES"])
+        return subprocess.CompletedProcess(cmd, 0)
+
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "2,3")
+    monkeypatch.setattr(ex.subprocess, "run", fake_run)
+    ex._run_child(TrainConfig(out=str(tmp_path / "r")), 1, tmp_path, None, 0, 1)
+    monkeypatch.setattr(rl.subprocess, "call", lambda cmd, env, **kw: seen.append(
+        env["CUDA_VISIBLE_DEVICES"]) or 0)
+    rl._subprocess(rl.RLConfig(arm="bf16", seed=0, out=str(tmp_path / "q")), "run", 0, tmp_path)
+    assert seen == ["3", "2"]

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..training.slots import child_visible_devices
 from .loop import RLConfig, run
 from .quant import ARM_NOTES, ARMS
 
@@ -69,7 +70,7 @@ def configs(arms, seeds, out: Path, scale: str, **over) -> list[RLConfig]:
 def _subprocess(cfg: RLConfig, mode: str, gpu: int | None, logdir: Path) -> int:
     env = dict(os.environ)
     if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        env["CUDA_VISIBLE_DEVICES"] = child_visible_devices(gpu, os.environ)
     name = f"{Path(cfg.out).name}" if mode == "run" else f"pretrain-s{cfg.seed}"
     with open(logdir / f"{name}.log", "w") as f:
         return subprocess.call([sys.executable, "-m", "mxkernels.rl", mode, "--config",

@@ -43,6 +43,7 @@ from pathlib import Path
 from mxref.errors import MXRefError
 
 from .errors import TrainingConfigError
+from .slots import child_visible_devices
 from .recipes import VARIANTS  # noqa: F401  (re-exported: the variants the grids below run)
 
 EXPERIMENTS = {
@@ -176,7 +177,7 @@ def _run_child(cfg, gpu, logdir: Path, deadline, min_start_s: float, cpu_threads
         child.threads = cpu_threads          # processes share the cores (the checks use them)
     env = dict(os.environ)
     if gpu is not None:
-        env["CUDA_VISIBLE_DEVICES"] = str(gpu)
+        env["CUDA_VISIBLE_DEVICES"] = child_visible_devices(gpu, os.environ)
     cmd = [sys.executable, "-m", "mxref.cli", "train", *_cli_args(child), "--no-progress"]
     log = logdir / f"{Path(cfg.out).name}.log"
     t0 = time.monotonic()
