@@ -10,8 +10,12 @@
 # 1.5 GB each), with the Numba kernels compiled beside it; then, like `wait`, it watches for
 # WAIT_S seconds and brings back what is there. Back in OUTDIR each time: NAME_medium.tgz (every
 # run directory without its checkpoints, logs/, and when the grid is done experiment.json and
-# compare.*), progress.txt, gpu.txt. The budget makes every run leave with a checkpoint before
+# compare.*), NAME_progress.txt, gpu.txt. The budget makes every run leave with a checkpoint before
 # the machine is taken back; the same `start` on a warm machine resumes the stopped runs.
+# Two grids on one machine: give each its GPUs and jobs, the first with WAIT_S 0, e.g.
+#   CUDA_VISIBLE_DEVICES=3 GRID_JOBS=2 scripts/gpu_grid.sh start $OUT amd 1 A,B 1500 0 --threads 12
+#   CUDA_VISIBLE_DEVICES=0,1,2 GRID_JOBS=3 scripts/gpu_grid.sh start $OUT decomp 0 C,D,E 1500 500 ...
+# (a run's child process is put on the slot's GPU among the visible ones).
 set -uo pipefail
 MODE=${1:?usage: scripts/gpu_grid.sh start|wait OUTDIR NAME ...}
 OUT=${2:?outdir}; NAME=${3:?name}; shift 3
@@ -58,7 +62,7 @@ progress() {
 while kill -0 "$PID" 2>/dev/null && [ $((SECONDS - T0)) -lt "$WAIT" ]; do sleep 10; done
 if kill -0 "$PID" 2>/dev/null; then echo "grid still running after ${WAIT}s"; else
   echo "grid finished"; fi
-progress | tee "$OUT/progress.txt"
+progress | tee "$OUT/${NAME}_progress.txt"
 tail -40 "$DIR/grid.log"
 tar czf "$OUT/${NAME}_$SCALE.tgz" --exclude=checkpoints --exclude=grid.pid -C "$ROOT" "${NAME}_$SCALE"
 exit 0
