@@ -532,15 +532,73 @@ def _exact_row(m, ints, ea, ebt, ma, mbt, bs, nlimbs, abs_blocks, rnan_a, rnan_b
                                                                nb_[n]) else 0
 
 
+@nb.njit(**_JIT)
+def _exact_row_int64(m, ints, ea, ebt, ma, mbt, bs, abs_blocks, rnan_a, rnan_b, rinf_a,
+                     rinf_b, ka, kb, za, zb, na, nb_, e0, tneg, want_f64, out32, out64):
+    """Row m of the exact product when every output's exact sum fits one int64 (the caller
+    checked: no split, no tensor-scale significands, and the row's block exponents, B's
+    and the block sums' bits leave the sum below 2^62): sum_j P_j 2^(off_j - base) in an
+    int64, then the same single rounding as :func:`_exact_row`."""
+    a64, ahi, bt64, a32, bt32, split, narrow = ints
+    k_len = ka.shape[1]
+    n_rows = ebt.shape[1]
+    nblk = ea.shape[1]
+    acc = np.zeros(n_rows, dtype=np.int64)
+    p32 = np.zeros(n_rows, dtype=np.int32)
+    p64 = np.zeros(n_rows, dtype=np.int64)
+    ph = np.zeros(n_rows, dtype=np.int64)
+    base = ea[m, 0] if nblk else 0
+    for j in range(1, nblk):
+        base = min(base, ea[m, j])
+    for j in range(nblk):
+        lo = j * bs
+        hi = min(k_len, lo + bs)
+        _block_sums(m, lo, hi, a64, ahi, bt64, a32, bt32, split, narrow, p32, p64, ph)
+        sa = ea[m, j] - base
+        ma_j = ma[m, j]
+        for n in range(n_rows):
+            p = p64[n] * ma_j * mbt[j, n]
+            if abs_blocks and p < 0:
+                p = -p
+            acc[n] += p << (sa + ebt[j, n])
+    for n in range(n_rows):
+        if rnan_a[m] or rnan_b[n]:
+            out32[m, n] = F32_QNAN
+            out64[m, n] = F64_QNAN
+            continue
+        if rinf_a[m] or rinf_b[n]:
+            r = _special_sum(ka[m], kb[n], za[m], zb[n], na[m], nb_[n], 0, k_len)
+            out32[m, n] = r
+            out64[m, n] = F64_QNAN if (r & 0x7FFFFFFF) > F32_INF else F64_INF
+            continue
+        v = acc[n]
+        mag = -v if v < 0 else v
+        neg = (1 if v < 0 else 0) ^ tneg
+        if want_f64:
+            out64[m, n] = _f64_bits_up(mag, e0 + base, False) if mag != 0 else 0
+        elif mag != 0:
+            out32[m, n] = to_f32_bits(neg, mag, e0 + base, False, F32_PARAMS)
+        else:
+            out32[m, n] = (1 << 31) if _all_products_neg_zero(za[m], zb[n], na[m],
+                                                               nb_[n]) else 0
+
+
 @nb.njit(parallel=True, **_JIT)
 def _exact_kernel(ints, ea, ebt, ma, mbt, bs, nlimbs, abs_blocks, rnan_a, rnan_b, rinf_a,
                   rinf_b, ka, kb, za, zb, na, nb_, e0, tsig_a, tsig_b, tneg, want_f64, out32,
-                  out64):
-    """Rows of A in parallel (the body is a plain function: parallel compile stays cheap)."""
+                  out64, fast_rows):
+    """Rows of A in parallel (the bodies are plain functions: parallel compile stays cheap);
+    a row in ``fast_rows`` sums in one int64 per output, the others in the Kulisch
+    accumulator. Both give the exact sum, so the same bits."""
     for m in nb.prange(ea.shape[0]):
-        _exact_row(m, ints, ea, ebt, ma, mbt, bs, nlimbs, abs_blocks, rnan_a, rnan_b, rinf_a,
-                   rinf_b, ka, kb, za, zb, na, nb_, e0, tsig_a, tsig_b, tneg, want_f64, out32,
-                   out64)
+        if fast_rows[m]:
+            _exact_row_int64(m, ints, ea, ebt, ma, mbt, bs, abs_blocks, rnan_a, rnan_b,
+                             rinf_a, rinf_b, ka, kb, za, zb, na, nb_, e0, tneg, want_f64,
+                             out32, out64)
+        else:
+            _exact_row(m, ints, ea, ebt, ma, mbt, bs, nlimbs, abs_blocks, rnan_a, rnan_b,
+                       rinf_a, rinf_b, ka, kb, za, zb, na, nb_, e0, tsig_a, tsig_b, tneg,
+                       want_f64, out32, out64)
 
 
 @nb.njit(**_JIT)
@@ -621,16 +679,41 @@ def _folded_specials(op: _Operand):
     _, tsig, texp = _exponent_bits_f32(a)
     if tsig == 0:
         return kinds, neg, kinds == KIND_FINITE, 0, 0, tneg
-    return kinds, neg, zero, tsig, texp, tneg
+    tsig = int(tsig)
+    low = (tsig & -tsig).bit_length() - 1        # T = odd * 2^(texp + low): a power of two
+    return kinds, neg, zero, tsig >> low, int(texp) + low, tneg     # has significand 1
+
+
+def _sum_bits(a: _Operand, b: _Operand, split: bool) -> tuple[int, int]:
+    """(pbits, growth): every scaled block sum |P_j ma mb| < 2^pbits, and a sum of the
+    row's blocks stays below 2^(pbits + growth - 1) times the largest power of two."""
+    pbits = (a.max_q.bit_length() + b.max_q.bit_length() + int(a.bs).bit_length()
+             + int(np.abs(a.bmul).max(initial=1)).bit_length()
+             + int(np.abs(b.bmul).max(initial=1)).bit_length() + (16 if split else 0))
+    return pbits, (2 * max(a.bexp.shape[1], 1)).bit_length()
 
 
 def _limbs_needed(ea_span: int, eb_span: int, a: _Operand, b: _Operand, split: bool,
                   tbits: int) -> int:
-    pbits = (a.max_q.bit_length() + b.max_q.bit_length() + int(a.bs).bit_length()
-             + int(np.abs(a.bmul).max(initial=1)).bit_length()
-             + int(np.abs(b.bmul).max(initial=1)).bit_length() + (16 if split else 0))
-    growth = (2 * max(a.bexp.shape[1], 1)).bit_length()
+    pbits, growth = _sum_bits(a, b, split)
     return (ea_span + eb_span + pbits + growth + tbits + 8) // 32 + 4
+
+
+# tests switch the int64 rows off to compare them with the Kulisch accumulator
+INT64_ROWS = [True]
+
+
+def _int64_rows(ea: np.ndarray, eb_span: int, a: _Operand, b: _Operand, split: bool,
+                tsa: int, tsb: int) -> np.ndarray:
+    """[M] bool: the rows of A whose every exact output sum fits an int64 (below 2^62) when
+    the row's own smallest block exponent is the base: no 16-bit split, tensor scales of
+    significand 1 (or none), and row span + B's span + pbits + growth <= 62."""
+    rows = ea.shape[0]
+    if split or tsa != 1 or tsb != 1 or not INT64_ROWS[0] or ea.shape[1] == 0:
+        return np.zeros(rows, dtype=np.bool_)
+    pbits, growth = _sum_bits(a, b, split)
+    span = ea.max(axis=1) - ea.min(axis=1)
+    return (span + eb_span + pbits + growth) <= 62
 
 
 def _shifted(bexp: np.ndarray) -> tuple[np.ndarray, int, int]:
@@ -658,9 +741,10 @@ def _kulisch(a: _Operand, b: _Operand, *, fold_t: bool, want_f64: bool,
     if a.rows and b.rows:
         rnan_a, rnan_b = (ka == KIND_NAN).any(axis=1), (kb == KIND_NAN).any(axis=1)
         rinf_a, rinf_b = (ka == KIND_INF).any(axis=1), (kb == KIND_INF).any(axis=1)
+        fast = _int64_rows(ea, span_b, a, b, split, tsa, tsb)
         _exact_kernel(ints, ea, _t(eb), a.bmul, _t(b.bmul), a.bs, nlimbs, abs_blocks,
                       rnan_a, rnan_b, rinf_a, rinf_b, ka, kb, za, zb, na_, nb_,
-                      e0, tsa, tsb, tna ^ tnb, want_f64, out32, out64)
+                      e0, tsa, tsb, tna ^ tnb, want_f64, out32, out64, fast)
     return out64 if want_f64 else out32
 
 
@@ -807,9 +891,17 @@ def _inf_meets(a: _Operand, b: _Operand, tiny_a, tiny_b) -> np.ndarray:
     """[M, N]: some k pairs an Inf element of one operand with a nonzero element of the other
     that the upcast may turn into 0. The exact product there is +-Inf (or NaN), but an upcast
     kernel computes Inf * 0 = NaN, as its contract allows."""
-    inf_a = (a.kinds == KIND_INF).astype(np.int64)
-    inf_b = (b.kinds == KIND_INF).astype(np.int64)
-    return ((inf_a @ tiny_b.T.astype(np.int64)) + (tiny_a.astype(np.int64) @ inf_b.T)) > 0
+    out = np.zeros((a.rows, b.rows), dtype=np.bool_)
+    inf_a, inf_b = a.kinds == KIND_INF, b.kinds == KIND_INF
+    # only rows with an Inf element can meet one (most tensors have none: nothing to count);
+    # the counts are sums of at most K ones, exact in float64, where BLAS does the work (an
+    # int64 matmul has no BLAS: [32768, 768] x [768, 768] took minutes)
+    ra, rb = np.flatnonzero(inf_a.any(axis=1)), np.flatnonzero(inf_b.any(axis=1))
+    if ra.size:
+        out[ra] |= (inf_a[ra].astype(np.float64) @ tiny_b.T.astype(np.float64)) > 0
+    if rb.size:
+        out[:, rb] |= (tiny_a.astype(np.float64) @ inf_b[rb].T.astype(np.float64)) > 0
+    return out
 
 
 def gemm_error_bound(a, b, *, terms: str = "elements", upcast: str = "bf16",

@@ -871,3 +871,80 @@ def test_nvfp4_negative_block_scale_sign_is_applied_once():
                            np.array([[sb]], np.uint8), "nvfp4", a_tensor_scale=np.float32(1),
                            b_tensor_scale=np.float32(1), mode=mode)
             assert Fraction(float(y[0, 0])) == want, (hex(sa), hex(sb), mode, y)
+
+
+@pytest.mark.parametrize("fa,fb", [p for i, p in enumerate(PAIRS) if i % 4 == 1]
+                         + [("mxfp4", "mxfp4"), ("mxfp8_e5m2", "mxfp8_e5m2"),
+                            ("nvfp4", "nvfp4")])
+def test_int64_rows_and_the_kulisch_accumulator_give_the_same_bits(fa, fb):
+    """The exact product and the bound's sums take one int64 per output for rows whose sums
+    fit (INT64_ROWS), the Kulisch accumulator for the others: the same exact sum, so the
+    same bits. Rows with narrow and with wide block-scale spans, specials, cancellation to
+    zero, and NVFP4 tensor scales (a power of two: int64 rows; 0.375: Kulisch)."""
+    rng = np.random.default_rng(seed(fa, fb, "int64"))
+    k = 200
+    nar = rand_operand(rng, fa, 6, k, scale_lo=120, scale_hi=130, tscale=0.5)
+    wid = rand_operand(rng, fa, 4, k, specials=0.02, scale_lo=0, scale_hi=254, tscale=0.375)
+    a = tuple(np.concatenate([x, y]) if isinstance(x, np.ndarray) and x.ndim else x
+              for x, y in zip(nar, wid))
+    b = rand_operand(rng, fb, 5, k, scale_lo=118, scale_hi=136, tscale=-0.25)
+    if fa == "nvfp4":            # E4M3 block scales of a few binades in the narrow rows and B
+        a[1][:6] = rng.integers(0x30, 0x48, size=a[1][:6].shape)
+        b[1][:] = rng.integers(0x30, 0x48, size=b[1].shape)
+    a[0][9] = a[0][0]                                          # a row that cancels row 0 ...
+    a[1][9] = a[1][0]
+    neg = (1 << (WIDTH[ELEM[fa]] - 1)) if fa != "mxint8" else 0
+    if neg:
+        a[0][9] ^= neg                                         # ... exactly: sums of zero
+    for ts in (a[3], np.float32(0.375)) if fa == "nvfp4" else (a[3],):
+        aa = a[:3] + (ts,)
+        ops = G._operands(aa[0], aa[1], fa, b[0], b[1], fb, aa[3], b[3])
+        results = []
+        try:
+            for on in (True, False):
+                G.INT64_ROWS[0] = on
+                results.append([run(aa, b).view(np.uint32)] + [
+                    G.gemm_error_bound_codes(aa[0], aa[1], fa, b[0], b[1], fb,
+                                             a_tensor_scale=aa[3], b_tensor_scale=b[3],
+                                             terms=t).view(np.uint64)
+                    for t in ("elements", "blocks")])
+        finally:
+            G.INT64_ROWS[0] = True
+        for x, y in zip(*results):
+            np.testing.assert_array_equal(x, y)
+        a_op, b_op = ops
+        ea, _, _ = G._shifted(a_op.bexp)
+        _, _, span_b = G._shifted(b_op.bexp)
+        split = G._kernel_operands(a_op, b_op)[5]
+        kinds = G._int64_rows(ea, span_b, a_op, b_op, split, *(
+            G._folded_specials(op)[3] for op in (a_op, b_op)))
+        if (fa, fb) == ("mxfp4", "mxfp4") or ts == np.float32(0.5):
+            assert kinds[:6].all(), "narrow FP4 rows should take the int64 sums"
+        if (fa, fb) == ("mxfp4", "mxfp4"):
+            assert not kinds[6:].all(), "some wide rows should take the Kulisch accumulator"
+        if ts == np.float32(0.375):
+            assert not kinds.any(), "a tensor-scale significand goes to the Kulisch rows"
+
+
+def test_inf_meets_counts_only_rows_with_an_inf_and_matches_the_definition():
+    """_inf_meets[m, n]: some k pairs an Inf of one operand with an element of the other that
+    the upcast may flush (checked against the definition, element by element); it skips
+    the matmul for rows without an Inf (most tensors), so a row with one must still count."""
+    rng = np.random.default_rng(7)
+    seen = []
+    for trial in range(6):
+        ma, nb_, k = 7, 5, 40
+        ka = np.where(rng.random((ma, k)) < (0.02 if trial else 0.0), G.KIND_INF,
+                      G.KIND_FINITE).astype(np.uint8)
+        kb = np.where(rng.random((nb_, k)) < (0.03 if trial % 2 else 0.0), G.KIND_INF,
+                      G.KIND_FINITE).astype(np.uint8)
+        tiny_a, tiny_b = rng.random((ma, k)) < 0.3, rng.random((nb_, k)) < 0.3
+        a = type("Op", (), {"kinds": ka, "rows": ma})()
+        b = type("Op", (), {"kinds": kb, "rows": nb_})()
+        want = np.array([[bool(((ka[m] == G.KIND_INF) & tiny_b[n]).any() or
+                               (tiny_a[m] & (kb[n] == G.KIND_INF)).any())
+                          for n in range(nb_)] for m in range(ma)])
+        got = G._inf_meets(a, b, tiny_a, tiny_b)
+        np.testing.assert_array_equal(got, want)
+        seen.append(bool(want.any()))
+    assert seen[0] is False and any(seen), seen       # no Inf at all, then some that meet
