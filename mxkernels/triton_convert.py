@@ -103,7 +103,8 @@ def mxfp4_to_fp8_kernel(
             bad = tl.maximum(bad, _max_along(_max_along(q >> 4, 2), 1))
     G = tl.where(any_ok == 0, 255, tl.where(smax < 0, 0, tl.maximum(smax - K, 0)))
     if CHECK:
-        tl.atomic_max(status_ptr, _max_along(tl.where(g_ok & (bad > 0), 1, 0), 0))
+        flag = _max_along(tl.where(g_ok & (bad > 0), 1, 0), 0)
+        tl.atomic_max(status_ptr, flag, mask=flag > 0)   # no same-address atomic per program
 
     # pass 2: elements c = RNE_fp8(q * 2^(s_b - G)), exact iff the FP8 code decodes to it
     inexact = gid * 0
@@ -145,7 +146,7 @@ def mxfp4_to_fp8_kernel(
 def fp8_to_mxfp4_kernel(
         code_ptr, gscale_ptr, scale_ptr, out_ptr, status_ptr,
         n_rows, n_cols, n_blk, n_groups, glen,
-        BLOCK: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+        BLOCK: tl.constexpr, BLOCK_ROWS: tl.constexpr, WHOLE_BLOCKS: tl.constexpr,
         F8_MBITS: tl.constexpr, F8_EMIN: tl.constexpr, F8_BIAS: tl.constexpr,
         F8_SIGNBIT: tl.constexpr, F8_NAN: tl.constexpr, F8_INF: tl.constexpr,
         EL_EMAX: tl.constexpr, EL_MAXSIG: tl.constexpr, EL_EVENTHR: tl.constexpr,
@@ -165,7 +166,13 @@ def fp8_to_mxfp4_kernel(
     m = g_ok[:, None] & (cols < n_cols)
     r64 = r.to(tl.int64)[:, None]
     c = tl.load(code_ptr + r64 * n_cols + cols, mask=m, other=0).to(tl.int32)
-    gs = tl.load(gscale_ptr + r64 * n_groups + cols // glen, mask=m, other=0).to(tl.int32)
+    if WHOLE_BLOCKS:            # glen a multiple of 32: one group byte per block (one division
+        blk0 = (g - r * n_blk) * BLOCK                   # per block, not per element)
+        gsb = tl.load(gscale_ptr + r.to(tl.int64) * n_groups + blk0 // glen, mask=g_ok,
+                      other=0).to(tl.int32)
+        gs = gsb[:, None] + cols * 0
+    else:
+        gs = tl.load(gscale_ptr + r64 * n_groups + cols // glen, mask=m, other=0).to(tl.int32)
     neg, sig, exp2, is_nan, is_inf = _element_value(c, False, F8_MBITS, F8_EMIN, F8_BIAS,
                                                     F8_SIGNBIT, F8_NAN, F8_INF)
     nan = is_nan | (gs == 255)
@@ -203,7 +210,8 @@ def fp8_to_mxfp4_kernel(
     nan_scale = _block_poisoned(has_nan, has_inf, NAN_POISON, INF_MODE)
     if RCEIL_LOG2:             # float32-log2 RCEIL is not shift invariant: refuse >= 2^128
         bad = big & ~nan_scale
-        tl.atomic_max(status_ptr, _max_along(tl.where(bad & g_ok, 1, 0), 0))
+        flag = _max_along(tl.where(bad & g_ok, 1, 0), 0)
+        tl.atomic_max(status_ptr, flag, mask=flag > 0)
         nan_scale = nan_scale | bad
     byte, s, nan_scale = _mx_scale_finish(s, nan_scale, has_inf, INF_MODE, SCALE_OVF_NAN)
     tl.store(scale_ptr + g, byte.to(tl.uint8), mask=g_ok)
@@ -261,7 +269,8 @@ def reblock_kernel(
         ovf = ((b & 0x7FFFFFFF) == _INF) & ~is_inf & ~is_nan & (sb != 255) & m
         wide = c >> EL_BITS
         flag = tl.where(ovf, 1, 0) | tl.where((wide != 0) & m, 2, 0)
-        tl.atomic_max(status_ptr, _max_along(_max_along(flag, 1), 0))
+        flag = _max_along(_max_along(flag, 1), 0)
+        tl.atomic_max(status_ptr, flag, mask=flag > 0)   # on valid input: no atomic at all
     b = tl.where(is_inf, _INF | (neg << 31), b)
     b = tl.where(is_nan | (sb == 255), _QNAN, b)
     b = tl.where(m, b, 0)                               # zero padding of a ragged block
@@ -344,7 +353,8 @@ def convert_constexprs(kernel: str, *, fmt="mxfp4", profile="ocp", fp8="e4m3",
     if kernel == "fp8_to_mxfp4":
         _, pk = _profile_knobs(profile, "mxfp4")
         el = element_constexprs("mxfp4")
-        return {"BLOCK": 32, "BLOCK_ROWS": (tile or (64,))[0], **_fp8_constexprs(fp8),
+        return {"BLOCK": 32, "BLOCK_ROWS": (tile or (64,))[0], "WHOLE_BLOCKS": True,
+                **_fp8_constexprs(fp8),
                 **{k: el[k] for k in ("EL_EMAX", "EL_MAXSIG", "EL_EVENTHR", "EL_MAXF32")},
                 **pk}
     if kernel == "reblock":
@@ -525,6 +535,7 @@ def fp8_to_mxfp4(group_scales: torch.Tensor, codes: torch.Tensor, *, group=128,
     if block_rows & (block_rows - 1):
         raise KernelUnsupported(f"block_rows={block_rows} is not a power of two")
     ce["BLOCK_ROWS"] = block_rows
+    ce["WHOLE_BLOCKS"] = glen % 32 == 0          # every 32-block inside one group
     dev = codes.device
     out = torch.empty((rows, n), dtype=torch.uint8, device=dev)
     sc = torch.empty((rows, nblk), dtype=torch.uint8, device=dev)
