@@ -6,15 +6,18 @@
 # (seq 1024 x 32, graphed, corpus python, seed 1) for STEPS steps, and compares every logged
 # loss and gradient norm bit for bit:
 #   scripts/gpu_repeat_check.sh OUTDIR [STEPS] [RECIPES]
+# REPEAT_EAGER=1 steps eagerly instead; REPEAT_ROOT: where the runs go (default /var/tmp).
 # OUTDIR/repeat.json: per recipe, the first step whose loss or grad norm differs (null: none).
 set -uo pipefail
 OUT=${1:?outdir}; STEPS=${2:-10}; RECIPES=${3:-mxfp4-fdw,bf16}
 ROOT=${REPEAT_ROOT:-/var/tmp/mxref_repeat}
-rm -rf "$ROOT"; mkdir -p "$ROOT"
+GRAPH=--cuda-graph; [ "${REPEAT_EAGER:-0}" = 1 ] && GRAPH=""   # REPEAT_EAGER=1: no CUDA graphs
+mkdir -p "$ROOT"
 for r in ${RECIPES//,/ }; do
   for k in 1 2; do
+    rm -rf "${ROOT:?}/$r-$k"
     python3 -m mxref.cli train --model llama-125m --recipe "$r" --seed 1 \
-      --tokens $((32 * 1024 * STEPS)) --seq-len 1024 --batch-size 32 --cuda-graph \
+      --tokens $((32 * 1024 * STEPS)) --seq-len 1024 --batch-size 32 $GRAPH \
       --corpus python --eval-every 0 --eval-tokens 32768 --ckpt-every 0 --validate-every 0 \
       --no-progress --out "$ROOT/$r-$k" >"$OUT/repeat_$r-$k.log" 2>&1 \
       || echo "$r run $k failed (see repeat_$r-$k.log)"
