@@ -534,11 +534,14 @@ def _exact_row(m, ints, ea, ebt, ma, mbt, bs, nlimbs, abs_blocks, rnan_a, rnan_b
 
 @nb.njit(**_JIT)
 def _exact_row_int64(m, ints, ea, ebt, ma, mbt, bs, abs_blocks, rnan_a, rnan_b, rinf_a,
-                     rinf_b, ka, kb, za, zb, na, nb_, e0, tneg, want_f64, out32, out64):
+                     rinf_b, ka, kb, za, zb, na, nb_, e0, tneg, want_f64, out32, out64,
+                     eb_base):
     """Row m of the exact product when every output's exact sum fits one int64 (the caller
-    checked: no split, no tensor-scale significands, and the row's block exponents, B's
-    and the block sums' bits leave the sum below 2^62): sum_j P_j 2^(off_j - base) in an
-    int64, then the same single rounding as :func:`_exact_row`."""
+    checked: no split, no tensor-scale significands, and the row's block exponents, each B
+    row's and the block sums' bits leave the sum below 2^62): sum_j P_j 2^(off_j - base) in
+    an int64, then the same single rounding as :func:`_exact_row`. Here ebt holds each B
+    row's exponents less that row's smallest (eb_base[n]), so output (m, n) has base
+    min_j ea[m, j] + eb_base[n]."""
     a64, ahi, bt64, a32, bt32, split, narrow = ints
     k_len = ka.shape[1]
     n_rows = ebt.shape[1]
@@ -575,9 +578,9 @@ def _exact_row_int64(m, ints, ea, ebt, ma, mbt, bs, abs_blocks, rnan_a, rnan_b, 
         mag = -v if v < 0 else v
         neg = (1 if v < 0 else 0) ^ tneg
         if want_f64:
-            out64[m, n] = _f64_bits_up(mag, e0 + base, False) if mag != 0 else 0
+            out64[m, n] = _f64_bits_up(mag, e0 + base + eb_base[n], False) if mag != 0 else 0
         elif mag != 0:
-            out32[m, n] = to_f32_bits(neg, mag, e0 + base, False, F32_PARAMS)
+            out32[m, n] = to_f32_bits(neg, mag, e0 + base + eb_base[n], False, F32_PARAMS)
         else:
             out32[m, n] = (1 << 31) if _all_products_neg_zero(za[m], zb[n], na[m],
                                                                nb_[n]) else 0
@@ -586,15 +589,15 @@ def _exact_row_int64(m, ints, ea, ebt, ma, mbt, bs, abs_blocks, rnan_a, rnan_b, 
 @nb.njit(parallel=True, **_JIT)
 def _exact_kernel(ints, ea, ebt, ma, mbt, bs, nlimbs, abs_blocks, rnan_a, rnan_b, rinf_a,
                   rinf_b, ka, kb, za, zb, na, nb_, e0, tsig_a, tsig_b, tneg, want_f64, out32,
-                  out64, fast_rows):
+                  out64, fast_rows, ebt_rel, eb_base):
     """Rows of A in parallel (the bodies are plain functions: parallel compile stays cheap);
     a row in ``fast_rows`` sums in one int64 per output, the others in the Kulisch
     accumulator. Both give the exact sum, so the same bits."""
     for m in nb.prange(ea.shape[0]):
         if fast_rows[m]:
-            _exact_row_int64(m, ints, ea, ebt, ma, mbt, bs, abs_blocks, rnan_a, rnan_b,
+            _exact_row_int64(m, ints, ea, ebt_rel, ma, mbt, bs, abs_blocks, rnan_a, rnan_b,
                              rinf_a, rinf_b, ka, kb, za, zb, na, nb_, e0, tneg, want_f64,
-                             out32, out64)
+                             out32, out64, eb_base)
         else:
             _exact_row(m, ints, ea, ebt, ma, mbt, bs, nlimbs, abs_blocks, rnan_a, rnan_b,
                        rinf_a, rinf_b, ka, kb, za, zb, na, nb_, e0, tsig_a, tsig_b, tneg,
@@ -706,8 +709,9 @@ INT64_ROWS = [True]
 def _int64_rows(ea: np.ndarray, eb_span: int, a: _Operand, b: _Operand, split: bool,
                 tsa: int, tsb: int) -> np.ndarray:
     """[M] bool: the rows of A whose every exact output sum fits an int64 (below 2^62) when
-    the row's own smallest block exponent is the base: no 16-bit split, tensor scales of
-    significand 1 (or none), and row span + B's span + pbits + growth <= 62."""
+    the smallest block exponent of the A row plus that of the B row is the base: no 16-bit
+    split, tensor scales of significand 1 (or none), and A row span + the widest B row span
+    (``eb_span``) + pbits + growth <= 62."""
     rows = ea.shape[0]
     if split or tsa != 1 or tsb != 1 or not INT64_ROWS[0] or ea.shape[1] == 0:
         return np.zeros(rows, dtype=np.bool_)
@@ -741,10 +745,15 @@ def _kulisch(a: _Operand, b: _Operand, *, fold_t: bool, want_f64: bool,
     if a.rows and b.rows:
         rnan_a, rnan_b = (ka == KIND_NAN).any(axis=1), (kb == KIND_NAN).any(axis=1)
         rinf_a, rinf_b = (ka == KIND_INF).any(axis=1), (kb == KIND_INF).any(axis=1)
-        fast = _int64_rows(ea, span_b, a, b, split, tsa, tsb)
+        # the int64 rows take each B row relative to its own smallest exponent: a B with rows
+        # of very different magnitudes (outlier channels) still fits
+        eb_base = eb.min(axis=1) if eb.shape[1] else np.zeros(eb.shape[0], eb.dtype)
+        eb_rel = eb - eb_base[:, None]
+        fast = _int64_rows(ea, int(eb_rel.max(initial=0)), a, b, split, tsa, tsb)
         _exact_kernel(ints, ea, _t(eb), a.bmul, _t(b.bmul), a.bs, nlimbs, abs_blocks,
                       rnan_a, rnan_b, rinf_a, rinf_b, ka, kb, za, zb, na_, nb_,
-                      e0, tsa, tsb, tna ^ tnb, want_f64, out32, out64, fast)
+                      e0, tsa, tsb, tna ^ tnb, want_f64, out32, out64, fast, _t(eb_rel),
+                      np.ascontiguousarray(eb_base))
     return out64 if want_f64 else out32
 
 
