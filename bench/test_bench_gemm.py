@@ -64,3 +64,38 @@ def test_peer_numpy_float32_matmul(benchmark, compiled):
     _info(benchmark, "peer: mxref.dequantize + numpy float32 matmul (BLAS), MXFP4, 1024^3",
           "mxfp4")
     benchmark.pedantic(lambda: a.dequantize() @ b.dequantize().T, rounds=3, iterations=1)
+
+
+def _activation_like(m, n, k):
+    """An in-run check's fprop at llama-125m width: x [m, k] with outlier channels (per-column
+    magnitudes over about 2^+-6) and per-token spread, W [n, k] small; MXFP4 both."""
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((m, k)) * np.exp2(rng.normal(0, 2.0, (1, k))) * \
+        np.exp2(rng.normal(0, 1.0, (m, 1)))
+    w = rng.standard_normal((n, k)) * 0.02
+    return (mxref.quantize(x.astype(np.float32), "mxfp4", axis=1),
+            mxref.quantize(w.astype(np.float32), "mxfp4", axis=1))
+
+
+@pytest.mark.parametrize("rows", ["int64", "kulisch"])
+def test_check_gemm_training_shape(benchmark, compiled, rows):
+    """mxref.check_gemm as the in-run check calls it (upcast fp32) on [4096, 768] x [768, 768]:
+    the exact product and the bound's sum of |a b|, with the rows summed in one int64 each
+    where they fit (the default) and, as the peer in the same run, all in the Kulisch
+    accumulator (mxref.gemm.INT64_ROWS off)."""
+    import sys
+    G = sys.modules["mxref.gemm"]
+    m, n, k = 4096, 768, 768
+    a, b = _activation_like(m, n, k)
+    y = (a.dequantize() @ b.dequantize().T).astype(np.float32)
+    benchmark.extra_info.update(what=f"check_gemm (upcast fp32), MXFP4 activation-like, "
+                                f"{m}x{n}x{k}, {rows} rows", format="mxfp4", m=m, n=n, k=k,
+                                threads=numba.get_num_threads())
+    G.INT64_ROWS[0] = rows == "int64"
+    try:
+        mxref.check_gemm(y[:8], mxref.quantize(np.asarray(a.dequantize()[:8], np.float32),
+                                               "mxfp4", axis=1), b, upcast="fp32")
+        benchmark.pedantic(mxref.check_gemm, args=(y, a, b), kwargs={"upcast": "fp32"},
+                           rounds=3, iterations=1)
+    finally:
+        G.INT64_ROWS[0] = True
