@@ -466,6 +466,35 @@ def _all_products_neg_zero(za, zb, na, nb_):
 
 
 @nb.njit(**_JIT)
+def _special_out(m, n, rnan_a, rnan_b, rinf_a, rinf_b, ka, kb, za, zb, na, nb_, k_len, out32,
+                 out64):
+    """Output (m, n) where a row with a NaN or an Inf element meets it: written here (fp32
+    bits of the IEEE result; float64 NaN / Inf for the bound's sums); returns whether it was."""
+    if rnan_a[m] or rnan_b[n]:
+        out32[m, n] = F32_QNAN
+        out64[m, n] = F64_QNAN
+        return True
+    if rinf_a[m] or rinf_b[n]:
+        r = _special_sum(ka[m], kb[n], za[m], zb[n], na[m], nb_[n], 0, k_len)
+        out32[m, n] = r
+        out64[m, n] = F64_QNAN if (r & 0x7FFFFFFF) > F32_INF else F64_INF
+        return True
+    return False
+
+
+@nb.njit(**_JIT)
+def _round_out(m, n, nonzero, neg, sig, exp2, sticky, want_f64, za, zb, na, nb_, out32, out64):
+    """The one rounding of an exact sum (sig + sticky) * 2^exp2 with sign neg: fp32 RNE, or up
+    to float64 (the bound's sums); an exact zero is -0 only when every product is -0."""
+    if want_f64:
+        out64[m, n] = _f64_bits_up(sig, exp2, sticky) if nonzero else 0
+    elif nonzero:
+        out32[m, n] = to_f32_bits(neg, sig, exp2, sticky, F32_PARAMS)
+    else:
+        out32[m, n] = (1 << 31) if _all_products_neg_zero(za[m], zb[n], na[m], nb_[n]) else 0
+
+
+@nb.njit(**_JIT)
 def _exact_row(m, ints, ea, ebt, ma, mbt, bs, nlimbs, abs_blocks, rnan_a, rnan_b, rinf_a,
                rinf_b, ka, kb, za, zb, na, nb_, e0, tsig_a, tsig_b, tneg, want_f64, out32,
                out64):
@@ -507,14 +536,8 @@ def _exact_row(m, ints, ea, ebt, ma, mbt, bs, nlimbs, abs_blocks, rnan_a, rnan_b
                 _knorm(acc[n])
             count = 0
     for n in range(n_rows):
-        if rnan_a[m] or rnan_b[n]:
-            out32[m, n] = F32_QNAN
-            out64[m, n] = F64_QNAN
-            continue
-        if rinf_a[m] or rinf_b[n]:
-            r = _special_sum(ka[m], kb[n], za[m], zb[n], na[m], nb_[n], 0, k_len)
-            out32[m, n] = r
-            out64[m, n] = F64_QNAN if (r & 0x7FFFFFFF) > F32_INF else F64_INF
+        if _special_out(m, n, rnan_a, rnan_b, rinf_a, rinf_b, ka, kb, za, zb, na, nb_, k_len,
+                        out32, out64):
             continue
         an = acc[n]
         neg = _kfinish(an) ^ tneg
@@ -523,13 +546,8 @@ def _exact_row(m, ints, ea, ebt, ma, mbt, bs, nlimbs, abs_blocks, rnan_a, rnan_b
         if tsig_b != 1:
             _kmul(an, tsig_b)
         nonzero, sig, low, sticky = _kextract(an)
-        if want_f64:
-            out64[m, n] = _f64_bits_up(sig, e0 + low, sticky) if nonzero else 0
-        elif nonzero:
-            out32[m, n] = to_f32_bits(neg, sig, e0 + low, sticky, F32_PARAMS)
-        else:
-            out32[m, n] = (1 << 31) if _all_products_neg_zero(za[m], zb[n], na[m],
-                                                               nb_[n]) else 0
+        _round_out(m, n, nonzero, neg, sig, e0 + low, sticky, want_f64, za, zb, na, nb_, out32,
+                   out64)
 
 
 @nb.njit(**_JIT)
@@ -565,25 +583,12 @@ def _exact_row_int64(m, ints, ea, ebt, ma, mbt, bs, abs_blocks, rnan_a, rnan_b, 
                 p = -p
             acc[n] += p << (sa + ebt[j, n])
     for n in range(n_rows):
-        if rnan_a[m] or rnan_b[n]:
-            out32[m, n] = F32_QNAN
-            out64[m, n] = F64_QNAN
-            continue
-        if rinf_a[m] or rinf_b[n]:
-            r = _special_sum(ka[m], kb[n], za[m], zb[n], na[m], nb_[n], 0, k_len)
-            out32[m, n] = r
-            out64[m, n] = F64_QNAN if (r & 0x7FFFFFFF) > F32_INF else F64_INF
+        if _special_out(m, n, rnan_a, rnan_b, rinf_a, rinf_b, ka, kb, za, zb, na, nb_, k_len,
+                        out32, out64):
             continue
         v = acc[n]
-        mag = -v if v < 0 else v
-        neg = (1 if v < 0 else 0) ^ tneg
-        if want_f64:
-            out64[m, n] = _f64_bits_up(mag, e0 + base + eb_base[n], False) if mag != 0 else 0
-        elif mag != 0:
-            out32[m, n] = to_f32_bits(neg, mag, e0 + base + eb_base[n], False, F32_PARAMS)
-        else:
-            out32[m, n] = (1 << 31) if _all_products_neg_zero(za[m], zb[n], na[m],
-                                                               nb_[n]) else 0
+        _round_out(m, n, v != 0, (1 if v < 0 else 0) ^ tneg, -v if v < 0 else v,
+                   e0 + base + eb_base[n], False, want_f64, za, zb, na, nb_, out32, out64)
 
 
 @nb.njit(parallel=True, **_JIT)
