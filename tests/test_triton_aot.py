@@ -87,8 +87,19 @@ def tq():
 
 @pytest.fixture(scope="module", autouse=True)
 def fresh_cache(tmp_path_factory):
+    """A Triton cache that is empty when the pytest session starts, so every distinct build
+    really compiles. Under pytest-xdist the workers share one, in the session's base temporary
+    directory (each worker's is a subdirectory of it): a build that two tests need (the
+    dot_scaled spec for both AMD targets, the first block_sequential spec for sm_90) then runs
+    once, not once per worker."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        cache = base.parent / "triton_aot_cache"
+        cache.mkdir(exist_ok=True)
+    else:
+        cache = tmp_path_factory.mktemp("triton_cache")
     prev = os.environ.get("TRITON_CACHE_DIR")
-    os.environ["TRITON_CACHE_DIR"] = str(tmp_path_factory.mktemp("triton_cache"))
+    os.environ["TRITON_CACHE_DIR"] = str(cache)
     yield
     if prev is None:
         os.environ.pop("TRITON_CACHE_DIR", None)
