@@ -172,11 +172,14 @@ def test_committed_runs_keep_their_identity():
         if not isinstance(r, dict):
             continue
         rec = VARIANTS.get(r["name"]) or get_recipe(r["name"])
+        allowed = [rec.replace(seed=r["seed"]).to_dict()]
         w1 = VARIANTS.get(f"{r['name']}-w1")
         if w1 is not None:
             # mxfp4-fdw-sr and nvfp4-te moved to the four-word SR stream (a new identity, on
-            # purpose); their runs from before are the -w1 variant's identity under the old name
-            rec = w1.replace(name=rec.name, description=rec.description)
-        assert rec.replace(seed=r["seed"]).to_dict() == r, p
+            # purpose); their runs from before are the -w1 variant's identity under the old name,
+            # runs from after it (amd_medium_python's mxfp4-fdw-sr-s0) today's recipe
+            allowed.append(w1.replace(name=rec.name, description=rec.description,
+                                      seed=r["seed"]).to_dict())
+        assert r in allowed, p
         checked += 1
     assert checked >= 20
