@@ -33,7 +33,8 @@ synchronization (prefixes, ranks and counts live on the device), so a CUDA graph
 
 ``vector_qdq_kernel``: ms-fp4's operand (torch_fast.vector_scaling, with the OCC clamp and its
 residual) in one launch; ``split3_bf16_kernel``: an fp32 tensor as three bf16 pieces that sum
-to it exactly (the split-bf16 GEMM of mxkernels.training.mxlinear).
+to it exactly (the split-bf16 GEMM of mxkernels.training.mxlinear); ``scale_outer_kernel``:
+a matrix times a row and a column vector in one pass (the vector-wise GEMM epilogue).
 """
 from __future__ import annotations
 
@@ -63,6 +64,7 @@ __all__ = [
     "decomp_qdq",
     "decomp_supports",
     "occ_bounds",
+    "scale_outer",
     "split3_bf16",
     "vector_qdq",
 ]
@@ -368,7 +370,30 @@ def split3_bf16_kernel(x_ptr, o1_ptr, o2_ptr, o3_ptr, n, BLOCK: tl.constexpr):
     tl.store(o3_ptr + offs, tl.where(fin, o3, 0).to(tl.int16), mask=m)
 
 
-KERNELS = {"decomp_qdq": decomp_qdq_kernel, "occ_select": occ_select_kernel,
+# ---- an fp32 matrix times a row vector and a column vector ------------------------------------
+@triton.jit
+def scale_outer_kernel(x_ptr, ra_ptr, rb_ptr, y_ptr, n_rows, n_cols, BR: tl.constexpr,
+                       BC: tl.constexpr, HAS_A: tl.constexpr, HAS_B: tl.constexpr):
+    """y = (x * ra[:, None]) * rb[None, :] for a contiguous fp32 x [n_rows, n_cols], each
+    product rounded to nearest even in fp32 as torch's two broadcast multiplies round them
+    (no fused multiply-add: compiled with enable_fp_fusion=False); HAS_A / HAS_B leave a side
+    out. y may be x."""
+    rows = tl.program_id(0) * BR + tl.arange(0, BR)
+    cols = tl.program_id(1) * BC + tl.arange(0, BC)
+    rm = rows < n_rows
+    cm = cols < n_cols
+    m = rm[:, None] & cm[None, :]
+    offs = rows.to(tl.int64)[:, None] * n_cols + cols[None, :]
+    x = tl.load(x_ptr + offs, mask=m, other=0.0)
+    if HAS_A:
+        x = x * tl.load(ra_ptr + rows, mask=rm, other=1.0)[:, None]
+    if HAS_B:
+        x = x * tl.load(rb_ptr + cols, mask=cm, other=1.0)[None, :]
+    tl.store(y_ptr + offs, x, mask=m)
+
+
+KERNELS = {"scale_outer": scale_outer_kernel, "decomp_qdq": decomp_qdq_kernel,
+           "occ_select": occ_select_kernel,
            "occ_pick": occ_pick_kernel, "occ_compact": occ_compact_kernel,
            "occ_cand": occ_cand_kernel, "split3_bf16": split3_bf16_kernel,
            "vector_qdq": vector_qdq_kernel}
@@ -568,6 +593,34 @@ def split3_bf16(x: torch.Tensor):
     return tuple(outs)
 
 
+def scale_outer(x: torch.Tensor, ra: torch.Tensor | None = None, rb: torch.Tensor | None = None,
+                *, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``(x * ra[:, None]) * rb[None, :]`` in one pass over a contiguous fp32 x [R, C], bit for
+    bit torch's two broadcast multiplies (either vector may be None; ``out`` may be x). ra: fp32
+    [R], rb: fp32 [C], contiguous, on x's device. torch's broadcast multiply of a [R, C] fp32
+    tensor runs its unvectorised kernel, once per vector: the vector-wise GEMM epilogue and the
+    dequantized copy of a vector-scaled operand (ms-fp4)."""
+    ok = isinstance(x, torch.Tensor) and x.dtype == torch.float32 and x.ndim == 2 and \
+        x.is_contiguous()
+    for v, n in ((ra, 0), (rb, 1)):
+        ok = ok and (v is None or (v.dtype == torch.float32 and v.ndim == 1 and
+                                   v.is_contiguous() and v.numel() == x.shape[n] and
+                                   v.device == x.device))
+    if not ok or (out is not None and (out.shape != x.shape or out.dtype != x.dtype or
+                                       not out.is_contiguous())):
+        raise KernelUnsupported("scale_outer takes a contiguous 2-D float32 x with float32 "
+                                "vectors of its rows' and columns' lengths")
+    y = torch.empty_like(x) if out is None else out
+    R, C = x.shape
+    if R and C:
+        br, bc = 16, 256
+        scale_outer_kernel[(triton.cdiv(R, br), triton.cdiv(C, bc))](
+            x, x if ra is None else ra, x if rb is None else rb, y, R, C, BR=br, BC=bc,
+            HAS_A=ra is not None, HAS_B=rb is not None,
+            **({} if INTERPRETED else {"num_warps": 4}), enable_fp_fusion=False)
+    return y
+
+
 def aot_specs():
     """[(id, jitfn, signature, constexprs)]: decomp (outlier + macro 128, each alone, macro 256)
     for MXFP4 and MXFP8; the radix pass at the first and last digit and the pick step."""
@@ -617,4 +670,10 @@ def aot_specs():
            "BLOCK": "constexpr"}
     out.append(("split3_bf16", split3_bf16_kernel,
                 {k: sig[k] for k in split3_bf16_kernel.arg_names}, ce))
+    for ha, hb in ((True, True), (True, False)):
+        ce = {"BR": 16, "BC": 256, "HAS_A": ha, "HAS_B": hb}
+        sig = {"x_ptr": "*fp32", "ra_ptr": "*fp32", "rb_ptr": "*fp32", "y_ptr": "*fp32",
+               "n_rows": "i32", "n_cols": "i32", **{k: "constexpr" for k in ce}}
+        out.append((f"scale_outer-a{int(ha)}-b{int(hb)}", scale_outer_kernel,
+                    {k: sig[k] for k in scale_outer_kernel.arg_names}, ce))
     return out

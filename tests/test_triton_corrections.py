@@ -444,3 +444,240 @@ def test_tensor_core_gemms_pass_the_bound_check(recipe, gemm, monkeypatch):
         M._FAST_GEMMS[0] = True
     assert all(r.ok for r in check_capture(m2, gemm_check="bound"))
     torch.testing.assert_close(y, y2, rtol=1e-5, atol=1e-5)
+
+
+# ---- the vector-wise epilogue in one pass ------------------------------------------------------
+def _scale_case(rows: int, cols: int, seed: int = 5):
+    """fp32 x with zeros of both signs, subnormals, NaN, +-Inf, the fp32 maximum; row and
+    column vectors whose products overflow, underflow and round (so (x * a) * b differs from
+    x * (a * b) somewhere)."""
+    g = np.random.default_rng(seed)
+    x = (g.standard_normal((rows, cols)) * np.exp2(g.integers(-40, 40, (rows, cols))))
+    x = x.astype(np.float32)
+    flat = x.reshape(-1)
+    specials = [0.0, -0.0, np.nan, np.inf, -np.inf, np.finfo(np.float32).max,
+                np.float32(1e-42), -np.float32(3e-39)]
+    n = min(len(specials), flat.size)
+    flat[:n] = specials[:n]
+    a = (g.standard_normal(rows) * np.exp2(g.integers(-80, 80, rows))).astype(np.float32)
+    b = (g.standard_normal(cols) * np.exp2(g.integers(-80, 80, cols))).astype(np.float32)
+    if rows > 2:
+        a[:3] = [0.0, np.inf, 1e-30]
+    return x, a, b
+
+
+@pytest.mark.parametrize("shape", [(37, 300), (1, 1), (0, 5), (16, 256), (70, 513)])
+def test_scale_outer_equals_torch(tc, shape):
+    """triton_corrections.scale_outer is torch's two broadcast multiplies bit for bit (NaN as
+    NaN), either vector alone, into a new tensor or over x; ragged tiles and empty tensors."""
+    mod, dev = tc
+    x, a, b = _scale_case(*shape)
+    xt, at, bt = (torch.from_numpy(v).to(dev) for v in (x, a, b))
+    for ra, rb in ((at, bt), (at, None), (None, bt)):
+        want = xt
+        if ra is not None:
+            want = want * ra[:, None]
+        if rb is not None:
+            want = want * rb[None, :]
+        got = mod.scale_outer(xt, ra, rb)
+        np.testing.assert_array_equal(got.cpu().numpy().view(np.uint32),
+                                      want.cpu().numpy().view(np.uint32))
+        y = xt.clone()
+        assert mod.scale_outer(y, ra, rb, out=y) is y
+        np.testing.assert_array_equal(y.cpu().numpy().view(np.uint32),
+                                      want.cpu().numpy().view(np.uint32))
+    if shape == (37, 300):        # the order of the two roundings shows in these data
+        other = (xt * (at[:, None] * bt[None, :])).cpu().numpy().view(np.uint32)
+        assert (other != mod.scale_outer(xt, at, bt).cpu().numpy().view(np.uint32)).any()
+
+
+def test_scale_outer_bad_input(tc):
+    mod, dev = tc
+    x = torch.ones(4, 8, device=dev)
+    for args in ((x.t(), None, None), (x.double(), None, None), (x, torch.ones(5, device=dev),
+                                                                   None),
+                 (x, None, torch.ones(8, dtype=torch.float64, device=dev)), (x[0], None, None)):
+        with pytest.raises(mod.KernelUnsupported, match="scale_outer takes"):
+            mod.scale_outer(*args)
+    with pytest.raises(mod.KernelUnsupported, match="scale_outer takes"):
+        mod.scale_outer(x, None, None, out=torch.empty(4, 9, device=dev))
+
+
+@pytest.mark.parametrize("old, new", [
+    # the two vectors multiplied first (one rounding fewer on x)
+    ("        x = x * tl.load(ra_ptr + rows, mask=rm, other=1.0)[:, None]\n"
+     "    if HAS_B:\n"
+     "        x = x * tl.load(rb_ptr + cols, mask=cm, other=1.0)[None, :]",
+     "        x = x * (tl.load(ra_ptr + rows, mask=rm, other=1.0)[:, None] *\n"
+     "                 tl.load(rb_ptr + cols, mask=cm, other=1.0)[None, :])\n"
+     "    if HAS_B:\n"
+     "        x = x"),
+    # the column vector indexed by the row
+    ("x = x * tl.load(rb_ptr + cols, mask=cm, other=1.0)[None, :]",
+     "x = x * tl.load(rb_ptr + rows % n_cols, mask=rm, other=1.0)[:, None]"),
+])
+def test_planted_scale_outer_bug_is_caught(tmp_path, old, new):
+    bad = _planted(tmp_path, old, new)
+    with pytest.raises(AssertionError):
+        test_scale_outer_equals_torch((bad, "cpu"), (37, 300))
+
+
+# ---- the generic path's shared work: one x for several layers, one dy for two GEMMs ----------
+def _pair(recipe: str, device: str, seed: int = 11, same_x: bool = True):
+    """Two layers of one recipe on the triton backend projecting the same x (as q and k do),
+    then a loss through both: (outputs, x.grad, both weight grads). ``same_x=False``: the
+    second layer gets an equal copy of x (another tensor: nothing to reuse)."""
+    from mxkernels.training.mxlinear import MXLinear
+    from mxkernels.training.recipes import VARIANTS
+    torch.manual_seed(seed)
+    ms = [MXLinear.from_linear(torch.nn.Linear(128, 96), VARIANTS.get(recipe, recipe),
+                               backend="triton").to(device) for _ in range(2)]
+    for i, m in enumerate(ms):
+        m.name = f"blk.0.attn.{'qk'[i]}"
+    x = (torch.randn(64, 128) * torch.exp(torch.randn(64, 1)))
+    x[3, 7] = 300.0
+    h = x.to(device).requires_grad_(True)
+    y0 = ms[0](h)
+    y1 = ms[1](h if same_x else h * 1.0)
+    ((y0 * torch.linspace(-1, 1, 96, device=device)).sum() +
+     (y1 * torch.linspace(1, -2, 96, device=device)).sum()).backward()
+    return [t.detach().cpu().numpy().view(np.uint32)
+            for t in (y0, y1, h.grad, ms[0].weight.grad, ms[1].weight.grad)]
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("recipe", ["ms-fp4", "decomp-fixed"])
+def test_shared_operands_equal_separate_ones(recipe, device, monkeypatch):
+    """The generic path's reuse changes no bit: x quantized once for two layers (the forward
+    memo), dy quantized once in both orientations (ms-fp4's E5M2 for Dgrad and Wgrad), the
+    one-pass vector-wise epilogue; against every layer doing its own work (memos off, the
+    dual launch off). The reuse really happens (launches counted), and not for an equal
+    copy of x."""
+    from mxkernels.training import mxlinear as M
+    from mxkernels.training import quant as Q
+    tcm = Q.triton_module("triton_corrections", torch.device(device))
+    tf = Q.triton_module("triton_fast", torch.device(device))
+    calls = {"vector_qdq": 0, "decomp_qdq": 0, "dual": 0, "scale_outer": 0}
+    for mod, name in ((tcm, "vector_qdq"), (tcm, "decomp_qdq"), (tcm, "scale_outer"),
+                      (tf, "quantize_dequantize")):
+        real = getattr(mod, name)
+
+        def counted(*a, _real=real, _name=name, **k):
+            if _name != "quantize_dequantize":
+                calls[_name] += 1
+            elif k.get("cols"):
+                calls["dual"] += 1
+            return _real(*a, **k)
+        monkeypatch.setattr(mod, name, counted)
+    shared = _pair(recipe, device)
+    seen = dict(calls)
+    copied = _pair(recipe, device, same_x=False)
+    seen_copied = {k: calls[k] - seen[k] for k in calls}
+    monkeypatch.setattr(M, "MEMO", [False])
+    monkeypatch.setattr(M, "_dual_dy", lambda c, dy2: None)
+    for k in calls:
+        calls[k] = 0
+    separate = _pair(recipe, device)
+    for i, (a, b, c) in enumerate(zip(shared, separate, copied)):
+        if device == "cpu" or i < 2:
+            np.testing.assert_array_equal(a, b)
+            np.testing.assert_array_equal(a, c)
+        else:
+            # on a GPU a gradient's GEMM may take a transposed view where the separate path
+            # multiplies a contiguous copy, and cuBLAS may then sum in another order: the
+            # operands are the same bits (test_dual_dy_equals_two_quantizations), the sums
+            # agree to fp32 rounding
+            for u in (b, c):
+                torch.testing.assert_close(torch.from_numpy(a.view(np.float32)),
+                                           torch.from_numpy(u.view(np.float32)))
+    if recipe == "ms-fp4":
+        # the forward: x once (memo) and each W; without the memo x twice
+        assert (seen["vector_qdq"], seen_copied["vector_qdq"], calls["vector_qdq"]) == (3, 4, 4)
+        # one dual launch per layer's dy (E5M2 for Dgrad and Wgrad), none when off
+        assert seen["dual"] == 2 and calls["dual"] == 0
+        # two epilogues, the forward copies of one x and two W (three with the memo off:
+        # the torch multiplies of full() are not counted, the epilogues' kernel is)
+        assert seen["scale_outer"] == 5 and seen_copied["scale_outer"] == 6
+    else:
+        # x once in the forward with the memo; the backward's operands as before
+        assert seen["decomp_qdq"] == calls["decomp_qdq"] - 1 == seen_copied["decomp_qdq"] - 1
+        assert seen["dual"] == 0
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dual_dy_equals_two_quantizations(device):
+    """ms-fp4's dy from one dual launch: Dgrad's A is the E5M2 quantization of dy along its
+    rows and Wgrad's A that of dy^T, each bit for bit the separate generic-path quantization
+    (the second of a contiguous transpose), on edge rows (NaN, Inf, zeros of both signs,
+    subnormals, amax = 2^k - 1 ulp) and random ones; it declines ragged blocks, captures and
+    the torch backend."""
+    from mxkernels.training import mxlinear as M
+    from mxkernels.training import quant as Q
+    from mxkernels.training.mxlinear import MXLinear
+    lay = MXLinear.from_linear(torch.nn.Linear(64, 64), "ms-fp4", backend="triton").to(device)
+    c = M._Ctx(lay, torch.device(device))
+    g = np.random.default_rng(4)
+    dy = (g.standard_normal((96, 64)) * np.exp2(g.integers(-20, 20, (96, 1)))).astype(np.float32)
+    dy[0, :8] = [np.nan, 1.0, -0.0, 0.0, np.inf, -np.inf, 1e-40, -3.0]
+    dy[1, :32] = np.float32(np.nextafter(np.float32(64.0), np.float32(0)))
+    dy[2, :] = 0.0
+    dy[:32, 5] = -np.float32(2.0 ** -130)
+    t = torch.from_numpy(dy).to(device)
+    pre = M._dual_dy(c, t)
+    assert pre is not None
+    spec = lay.recipe.dgrad.a
+    for q, src in ((pre[0], t), (pre[1], t.t().contiguous())):
+        want = Q.quantize_operand(src, spec, "triton").values
+        assert q.values.shape == want.shape
+        np.testing.assert_array_equal(q.values.cpu().numpy().view(np.uint32),
+                                      want.cpu().numpy().view(np.uint32))
+    assert M._dual_dy(c, t[:, :48].contiguous()) is None          # 48 columns: ragged block
+    assert M._dual_dy(c, t[:80].contiguous()) is None             # 80 rows
+    c.backend = "torch"
+    assert M._dual_dy(c, t) is None
+    c.backend, c.capture = "triton", {}
+    assert M._dual_dy(c, t) is None
+
+
+def test_forward_memo_misses_after_an_in_place_write():
+    """The forward memo's key: the same storage, offset, shape, strides, dtype and version
+    counter under the same spec and backend; a view of the same tensor hits, an in-place
+    write, another spec or backend, or an equal copy misses."""
+    from mxkernels.training import mxlinear as M
+    memo = M._TensorMemo()
+    x = torch.randn(8, 32)
+    spec = RECIPES["ms-fp4"].fprop.a
+    memo.put(x.reshape(-1, 32), spec, "triton", "q")
+    assert memo.get(x.reshape(-1, 32), spec, "triton") == "q"
+    assert memo.get(x.view(8, 32), spec, "triton") == "q"
+    assert memo.get(x.clone(), spec, "triton") is None
+    assert memo.get(x, RECIPES["ms-fp4"].fprop.b, "triton") is None
+    assert memo.get(x, spec, "torch") is None
+    assert memo.get(x[1:], spec, "triton") is None
+    x.add_(0.0)
+    assert memo.get(x, spec, "triton") is None
+    memo.clear()
+    assert memo.get(x, spec, "triton") is None
+
+
+def test_split_of_a_transposed_view_and_its_memo():
+    """_split_bf16 of a transposed view is the transpose of the split of its storage (no
+    copy), a second split of the same tensor is the first's pieces, and an in-place write
+    (version counter) or another tensor gets its own split."""
+    from mxkernels.training import mxlinear as M
+    g = np.random.default_rng(2)
+    v = torch.from_numpy((g.standard_normal((64, 96)) * 1e3).astype(np.float32))
+    M._SPLIT_MEMO.clear()
+    p = M._split_bf16(v.t())
+    assert all(t.shape == (96, 64) and not t.is_contiguous() for t in p)
+    np.testing.assert_array_equal(sum(t.double() for t in p).numpy(), v.t().double().numpy())
+    q = M._split_bf16(v.t())
+    assert all(torch.equal(a, b) and a.data_ptr() == b.data_ptr() for a, b in zip(p, q))
+    v.mul_(2.0)
+    r = M._split_bf16(v.t())
+    assert all(a.data_ptr() != b.data_ptr() for a, b in zip(p, r))
+    np.testing.assert_array_equal(sum(t.double() for t in r).numpy(), v.t().double().numpy())
+    w = v.clone()
+    s = M._split_bf16(w)
+    assert all(a.data_ptr() != b.data_ptr() for a, b in zip(r, s))
+    M._SPLIT_MEMO.clear()

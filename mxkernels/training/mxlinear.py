@@ -192,8 +192,11 @@ def _operand(ctx: _Ctx, gemm: str, side: str, t: torch.Tensor, spec: OperandSpec
              signs_t: torch.Tensor | None, n: int, rec: dict | None, signs=None):
     """Rotate (if the GEMM rotates) and quantize one operand; returns (QOperand or None, hp
     tensor fed to the GEMM when unquantized). ``signs``: the host (numpy) copy of signs_t,
-    which the triton backend's rotation kernel takes."""
-    t = t.to(torch.float32).contiguous()
+    which the triton backend's rotation kernel takes. An operand that stays high precision
+    and unrotated keeps its layout (a transposed view stays one: the GEMMs take either)."""
+    t = t.to(torch.float32)
+    if spec.fmt is not None or signs_t is not None:
+        t = t.contiguous()
     if rec is not None:
         rec["input"] = _np(t)
     if signs_t is not None and ctx.backend == "triton" and Q.fused_rotation_ok(spec):
@@ -227,9 +230,10 @@ def _record(rec: dict, q, seed) -> None:
 
 
 def run_gemm(ctx: _Ctx, gemm: str, a: torch.Tensor, b: torch.Tensor,
-             fwd: dict | None = None) -> torch.Tensor:
+             fwd: dict | None = None, pre_a=None) -> torch.Tensor:
     """out = A . B^T for 2-D a [M, C], b [P, C] under the recipe's GemmSpec for ``gemm``.
-    ``fwd``: collects the forward QOperands (fprop only)."""
+    ``fwd``: collects the forward QOperands (fprop only). ``pre_a``: A already quantized per
+    the spec (the backward's dual-orientation dy; never with a capture or rotation)."""
     g: GemmSpec = getattr(ctx.recipe, gemm)
     rec = None
     if ctx.capture is not None:
@@ -242,8 +246,17 @@ def run_gemm(ctx: _Ctx, gemm: str, a: torch.Tensor, b: torch.Tensor,
         if rec is not None:
             rec["signs"] = signs.copy()
             rec["hadamard_n"] = g.hadamard_n
-    qa, ta = _operand(ctx, gemm, "a", a, g.a, signs_t, g.hadamard_n,
-                      None if rec is None else rec["a"], signs)
+    memo = gemm == "fprop" and rec is None and signs is None and _memo_ok(ctx, g.a)
+    hit = _A_MEMO.get(a, g.a, ctx.backend) if memo else None
+    if pre_a is not None:
+        qa, ta = pre_a, None
+    elif hit is not None:
+        qa, ta = hit
+    else:
+        qa, ta = _operand(ctx, gemm, "a", a, g.a, signs_t, g.hadamard_n,
+                          None if rec is None else rec["a"], signs)
+        if memo:
+            _A_MEMO.put(a, g.a, ctx.backend, (qa, ta))
     qb, tb = _operand(ctx, gemm, "b", b, g.b, signs_t, g.hadamard_n,
                       None if rec is None else rec["b"], signs)
     if fwd is not None:
@@ -280,9 +293,11 @@ def run_gemm(ctx: _Ctx, gemm: str, a: torch.Tensor, b: torch.Tensor,
             # of bf16-exact values are exact in fp32
             with torch.autocast(device_type=va.device.type, enabled=False):
                 out = torch.matmul(va.float(), vb.float().t())
-        for q, axis in ((qa, 0), (qb, 1)):
-            if q is not None and q.row_scale is not None:
-                out = out * (q.row_scale[:, None] if axis == 0 else q.row_scale[None, :])
+        ra = None if qa is None else qa.row_scale
+        rb = None if qb is None else qb.row_scale
+        if ra is not None or rb is not None:
+            # out is this call's own fresh tensor: the one-pass epilogue may write over it
+            out = Q.scale_rows_cols(out, ra, rb, ctx.backend, inplace=True)
         tsa = None if qa is None else qa.tensor_scale
         tsb = None if qb is None else qb.tensor_scale
         if tsa is not None or tsb is not None:
@@ -361,8 +376,64 @@ def _split_bf16(v: torch.Tensor):
     (truncated: never rounded up to Inf), the next 8 of the exact remainder, the rest (at most
     8 bits; exact while it stays above bf16's smallest subnormal 2^-133, |v| above ~2^-110).
     A NaN or Inf stays in v1 (v2 = v3 = 0). One Triton pass (triton_corrections.split3_bf16)."""
-    v = v.to(torch.float32).contiguous()
-    return Q.triton_module("triton_corrections", v.device).split3_bf16(v)
+    v = v.to(torch.float32)
+    if v.ndim == 2 and not v.is_contiguous() and v.t().is_contiguous():
+        # a transposed view (wgrad's x^T, dgrad's W^T): split the storage, transpose the pieces
+        return tuple(p.t() for p in _split_contiguous(v.t()))
+    return _split_contiguous(v.contiguous())
+
+
+def _split_contiguous(v: torch.Tensor):
+    """split3_bf16 of a contiguous fp32 v, kept for the next call on the same tensor (Wgrad of
+    q, k and v splits one saved x)."""
+    hit = _SPLIT_MEMO.get(v, None, "triton") if MEMO[0] else None
+    if hit is None:
+        hit = Q.triton_module("triton_corrections", v.device).split3_bf16(v)
+        if MEMO[0]:
+            _SPLIT_MEMO.put(v, None, "triton", hit)
+    return hit
+
+
+class _TensorMemo:
+    """One cached result for one tensor: hit when the next call sees the same storage, offset,
+    shape, strides, dtype and version counter (a write to the tensor in place bumps it) under
+    the same spec and backend. The entry holds the tensor, so its storage cannot be freed and
+    its address handed to another tensor while the entry lives. The generic path's repeated
+    work: q, k and v (gate and up) quantize one x in the forward, and their Wgrads split one
+    saved copy of it."""
+
+    def __init__(self):
+        self.entry = None
+
+    @staticmethod
+    def _key(t: torch.Tensor, spec, backend: str):
+        return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(),
+                t.dtype, t.device, t._version, spec, backend)
+
+    def get(self, t: torch.Tensor, spec, backend: str):
+        e = self.entry
+        if e is None or e[0] != self._key(t, spec, backend):
+            return None
+        return e[2]
+
+    def put(self, t: torch.Tensor, spec, backend: str, value) -> None:
+        self.entry = (self._key(t, spec, backend), t, value)
+
+    def clear(self) -> None:
+        self.entry = None
+
+
+_A_MEMO = _TensorMemo()          # the forward's A operand (x), on deterministic specs
+_SPLIT_MEMO = _TensorMemo()      # the backward's split-bf16 pieces of one saved x
+MEMO = [True]                    # tests switch the memos off to compare
+
+
+def _memo_ok(ctx: _Ctx, spec: OperandSpec) -> bool:
+    """Whether one quantization of x may serve every layer that projects it: the triton
+    backend, a quantized spec with nothing layer- or step-dependent (no SR stream: its seed
+    mixes the layer id; rotations are excluded by the caller)."""
+    return MEMO[0] and ctx.backend == "triton" and spec.fmt is not None and \
+        spec.rounding != "sr"
 
 
 _ADDMM_DTYPE = [True]
@@ -421,6 +492,7 @@ def _dge_factor(w_scaled: torch.Tensor, k: float) -> torch.Tensor:
 class _MXLinearFn(torch.autograd.Function):
     @staticmethod
     def forward(ctx, x, weight, bias, layer):
+        _SPLIT_MEMO.clear()             # the last backward's pieces are not needed again
         c = _Ctx(layer, x.device)
         r = c.recipe
         shape = x.shape
@@ -465,13 +537,16 @@ class _MXLinearFn(torch.autograd.Function):
     def backward(ctx, dy):
         c: _Ctx = ctx.c
         r = c.recipe
+        _A_MEMO.clear()                 # the forward's x operands are not needed again
         xs, ws, dge, *stored = ctx.saved_tensors
         dy2 = dy.reshape(-1, dy.shape[-1]).to(torch.float32)
         n_fwd = r.fprop.hadamard_n
         dx = dw = db = None
+        pre = _dual_dy(c, dy2) if ctx.needs_input_grad[0] and ctx.needs_input_grad[1] \
+            else None
         if ctx.needs_input_grad[0]:
             # dx = dy . W: B operand is W^T [K, N] (hp, or the forward copy in the forward basis)
-            dx = run_gemm(c, "dgrad", dy2, ws.t())
+            dx = run_gemm(c, "dgrad", dy2, ws.t(), pre_a=None if pre is None else pre[0])
             if ctx.saved_kinds[1] == "fwd" and ctx.fwd_signs is not None:
                 dx = Q.unrotate(dx, n_fwd, ctx.fwd_signs)
             dx = dx[:, :ctx.shape[-1]].to(dy.dtype).reshape(ctx.shape)
@@ -479,7 +554,7 @@ class _MXLinearFn(torch.autograd.Function):
             if ctx.saved_kinds[0] == "store":
                 xs = _load_activation({**ctx.x_store, "codes": stored[0], "scales": stored[1]},
                                       r.save_activations)
-            dw = run_gemm(c, "wgrad", dy2.t(), xs.t())
+            dw = run_gemm(c, "wgrad", dy2.t(), xs.t(), pre_a=None if pre is None else pre[1])
             if ctx.saved_kinds[0] == "fwd" and ctx.fwd_signs is not None:
                 dw = Q.unrotate(dw, n_fwd, ctx.fwd_signs)
             dw = dw[:, :ctx.shape[-1]]
@@ -493,6 +568,38 @@ class _MXLinearFn(torch.autograd.Function):
             c.layer._capture_done = c.capture
             c.layer._capture = None
         return dx, dw, db, None
+
+
+def _dual_dy(c: _Ctx, dy2: torch.Tensor):
+    """(Dgrad's A, Wgrad's A) from one read of dy [M, N] where both GEMMs quantize dy the same
+    plain MX way (ms-fp4's E5M2): triton_fast.quantize_dequantize with rows and columns, bit
+    for bit the two separate quantizations (the second of dy^T, which it reads down the
+    columns instead of copying the transpose). None where that does not apply: another
+    backend, a capture step (its records take the separate path), a rotation, SR, a
+    correction, NVFP4, a GEMM other than the matmul, or a ragged block."""
+    r = c.recipe
+    spec = r.dgrad.a
+    if c.backend != "triton" or c.capture is not None or \
+            spec != r.wgrad.a or spec.fmt is None or spec.rounding == "sr" or \
+            spec.scaling != "block" or spec.macro is not None or spec.outlier is not None or \
+            spec.clamp_quantile is not None or r.dgrad.hadamard != "none" or \
+            r.wgrad.hadamard != "none" or get_format(spec.fmt).is_nvfp4 or \
+            r.dgrad.gemm != "matmul" or r.wgrad.gemm != "matmul" or \
+            dy2.ndim != 2 or dy2.shape[0] % 32 or dy2.shape[1] % 32 or \
+            dy2.dtype != torch.float32 or not dy2.is_contiguous():
+        return None
+    tf = Q.triton_module("triton_fast", dy2.device)
+    prof = Q._profile(spec).name
+    if not (tf.supports(spec.fmt, prof, "float32", -1) and tf.supports(spec.fmt, prof,
+                                                                        "float32", 0)):
+        return None
+    with Q._section(dy2.device):
+        # values only: a matmul GEMM multiplies nothing else, and no record is made here
+        rv, cv, _ = tf.quantize_dequantize(dy2, spec.fmt, prof, rows=True, cols=True,
+                                           out_dtype=torch.float32)
+    ex16, ex32 = Q.bf16_exact(spec), Q.tf32_exact(spec)
+    return (Q.QOperand(rv, None, None, None, None, {}, ex16, ex32),
+            Q.QOperand(cv.t(), None, None, None, None, {}, ex16, ex32))
 
 
 def _fwd_value(q, t):

@@ -253,15 +253,39 @@ class QOperand:
     extra: dict = field(default_factory=dict)
     bf16_exact: bool = True                       # values exactly representable in bf16
     tf32_exact: bool = True                       # ... in TF32 (11 significant bits)
+    backend: str = "torch"                        # "triton": full() may take a Triton kernel
+    _full: torch.Tensor | None = field(default=None, repr=False, compare=False)
 
     def full(self) -> torch.Tensor:
-        """The dequantized operand (fp32)."""
+        """The dequantized operand (fp32), computed once (the result is shared: callers do not
+        write to it)."""
+        if self._full is not None:
+            return self._full
         v = self.values
         if self.row_scale is not None:
-            v = v * self.row_scale[:, None]
+            v = scale_rows_cols(v, self.row_scale, None, self.backend)
         if self.tensor_scale is not None:
             v = v * self.tensor_scale
+        self._full = v
         return v
+
+
+def scale_rows_cols(x: torch.Tensor, ra: torch.Tensor | None, rb: torch.Tensor | None,
+                    backend: str, *, inplace: bool = False) -> torch.Tensor:
+    """``(x * ra[:, None]) * rb[None, :]`` (either vector None), rounded as those two torch
+    multiplies: on the triton backend for a contiguous fp32 x, one pass
+    (triton_corrections.scale_outer: torch's broadcast multiply is its unvectorised kernel;
+    on a CPU tensor the interpreter runs it); ``inplace`` lets that pass write over x."""
+    if backend == "triton" and x.dtype == torch.float32 and x.ndim == 2 and \
+            x.is_contiguous() and all(v is None or (v.dtype == torch.float32 and
+                                                    v.is_contiguous()) for v in (ra, rb)):
+        return triton_module("triton_corrections", x.device).scale_outer(
+            x, ra, rb, out=x if inplace else None)
+    if ra is not None:
+        x = x * ra[:, None]
+    if rb is not None:
+        x = x * rb[None, :]
+    return x
 
 
 def bf16_exact(spec: OperandSpec) -> bool:
@@ -436,7 +460,7 @@ def _vector_triton(t: torch.Tensor, spec: OperandSpec) -> QOperand:
         extra.update(occ_lo=lo, occ_hi=hi, occ_residual=res)
     if y is not None:
         extra["scaled"] = y
-    return QOperand(v, None, codes, None, s, extra, True)
+    return QOperand(v, None, codes, None, s, extra, True, backend="triton")
 
 
 def quantize_operand(t: torch.Tensor, spec: OperandSpec, backend: str, *, sr_seed: int | None = 0
