@@ -658,6 +658,26 @@ def test_forward_memo_misses_after_an_in_place_write():
     assert memo.get(x, spec, "triton") is None
     memo.clear()
     assert memo.get(x, spec, "triton") is None
+    with torch.inference_mode():                # no version counter: never cached
+        z = torch.randn(8, 32)
+        memo.put(z, spec, "triton", "q")
+        assert memo.entry is None and memo.get(z, spec, "triton") is None
+
+
+def test_layers_run_under_inference_mode():
+    """Two ms-fp4 layers on the triton backend projecting one x under torch.inference_mode
+    (no version counters) give what they give without it."""
+    from mxkernels.training.mxlinear import MXLinear
+    torch.manual_seed(0)
+    ms = [MXLinear.from_linear(torch.nn.Linear(64, 32), "ms-fp4", backend="triton")
+          for _ in range(2)]
+    x = torch.randn(32, 64)
+    with torch.no_grad():
+        want = [m(x) for m in ms]
+    with torch.inference_mode():
+        got = [m(x) for m in ms]
+    for a, b in zip(got, want):
+        assert torch.equal(a, b)
 
 
 def test_split_of_a_transposed_view_and_its_memo():

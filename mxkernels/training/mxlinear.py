@@ -412,12 +412,13 @@ class _TensorMemo:
 
     def get(self, t: torch.Tensor, spec, backend: str):
         e = self.entry
-        if e is None or e[0] != self._key(t, spec, backend):
+        if e is None or t.is_inference() or e[0] != self._key(t, spec, backend):
             return None
         return e[2]
 
     def put(self, t: torch.Tensor, spec, backend: str, value) -> None:
-        self.entry = (self._key(t, spec, backend), t, value)
+        # an inference tensor has no version counter: nothing proves it unchanged, no entry
+        self.entry = None if t.is_inference() else (self._key(t, spec, backend), t, value)
 
     def clear(self) -> None:
         self.entry = None
