@@ -10,7 +10,8 @@
 #   scripts/gpu_generic_reuse.sh OUTDIR checks
 #       CUDA tests (scale_outer, shared == separate operands, triton == torch layers, the
 #       tensor-core GEMMs' bound check) and in-run captures of ms-fp4 and decomp-fixed under
-#       bf16 autocast (scripts/gpu_fused_check.py)
+#       bf16 autocast (scripts/gpu_fused_check.py); bench/train_step.py at llama-820m (GEMMs
+#       most of the step), graphed, bf16 + mxfp4-fdw + mxfp4-fdw-fp8 (the FP8 carrier)
 set -uo pipefail
 OUT=${1:?usage: scripts/gpu_generic_reuse.sh OUTDIR step|checks [OLDDIR]}
 WHAT=${2:?usage: scripts/gpu_generic_reuse.sh OUTDIR step|checks [OLDDIR]}
@@ -40,6 +41,10 @@ else
   part pytest_cuda 300 python -m pytest -q -p no:cacheprovider tests/test_triton_corrections.py \
     -k "cuda or tensor_core"
   part captures 200 env ONLY_RECIPES=ms-fp4,decomp-fixed python scripts/gpu_fused_check.py "$OUT"
+  # the FP8 carrier where GEMMs are most of the step (issue 30 item 5)
+  part carrier 220 python bench/train_step.py --model llama-820m --seq-len 1024 --batch-size 16 \
+    --recipes bf16,mxfp4-fdw,mxfp4-fdw-fp8 --steps 6 --warmup 2 --cuda-graph --out "$OUT/carrier"
+  for f in "$OUT"/carrier/train_step_*.md; do [ -f "$f" ] && cp "$f" "$OUT/carrier_$(basename "$f")"; done
 fi
 cat "$OUT"/*_train_step_*.md 2>/dev/null
 echo "failed parts: $fails"

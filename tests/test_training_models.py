@@ -18,6 +18,8 @@ def test_125m_and_tiny_sizes():
     # 10 * (4*1024^2 + 3*1024*2816 + 2*1024) + 1024 = 128,472,064 (hand count)
     assert M.count_params("llama-125m")["non_embedding"] == 128_472_064
     assert M.count_params("llama-tiny", vocab_size=256)["embedding"] == 2 * 256 * 128
+    # 16 * (4*2048^2 + 3*2048*5632 + 2*2048) + 2048 (hand count; ffn = ceil(16384/3/256)*256)
+    assert M.count_params("llama-820m")["non_embedding"] == 822_151_168
 
 
 def test_unknown_model_is_a_typed_error():

@@ -51,10 +51,11 @@ def _specs():
         "50m": (768, 7, 6, 2048),
         "100m": (1024, 8, 8, 2816),
         "125m": (1024, 10, 8, 2816),
+        "820m": (2048, 16, 16, 5632),     # GEMMs most of the step: the FP8 carrier's case
     }
     for fam in ("llama", "qwen2", "qwen3"):
         for size, (d, n, h, i) in dims.items():
-            if fam != "llama" and size in ("50m", "100m"):
+            if fam != "llama" and size in ("50m", "100m", "820m"):
                 continue
             out.append(ModelSpec(f"{fam}-{size}", fam, d, n, h, i))
     moe = dict(num_experts=8, num_experts_per_tok=2)
