@@ -47,5 +47,9 @@ else
   for f in "$OUT"/carrier/train_step_*.md; do [ -f "$f" ] && cp "$f" "$OUT/carrier_$(basename "$f")"; done
 fi
 cat "$OUT"/*_train_step_*.md 2>/dev/null
-echo "failed parts: $fails"
+echo "failed parts: $fails" | tee -a "$OUT/parts.log"
+# at most 8 files come back from a device call: everything in one archive, beside it the
+# parts log and the tables
+tar czf /tmp/results.tgz -C "$OUT" . && find "$OUT" -mindepth 1 -maxdepth 1 \
+  ! -name parts.log ! -name '*_train_step_*.md' -exec rm -rf {} + && mv /tmp/results.tgz "$OUT/"
 exit $fails
