@@ -557,9 +557,9 @@ def test_shared_operands_equal_separate_ones(recipe, device, monkeypatch):
     from mxkernels.training import quant as Q
     tcm = Q.triton_module("triton_corrections", torch.device(device))
     tf = Q.triton_module("triton_fast", torch.device(device))
-    calls = {"vector_qdq": 0, "decomp_qdq": 0, "dual": 0, "scale_outer": 0}
+    calls = {"vector_qdq": 0, "decomp_qdq": 0, "dual": 0, "scale_outer": 0, "split3_bf16": 0}
     for mod, name in ((tcm, "vector_qdq"), (tcm, "decomp_qdq"), (tcm, "scale_outer"),
-                      (tf, "quantize_dequantize")):
+                      (tcm, "split3_bf16"), (tf, "quantize_dequantize")):
         real = getattr(mod, name)
 
         def counted(*a, _real=real, _name=name, **k):
@@ -598,6 +598,11 @@ def test_shared_operands_equal_separate_ones(recipe, device, monkeypatch):
         # two epilogues, the forward copies of one x and two W (three with the memo off:
         # the torch multiplies of full() are not counted, the epilogues' kernel is)
         assert seen["scale_outer"] == 5 and seen_copied["scale_outer"] == 6
+        if device == "cuda":
+            # the split-bf16 GEMMs (CUDA only): each backward splits its W, then the one
+            # saved x, which the second backward finds after its own W (two memo slots)
+            assert (seen["split3_bf16"], seen_copied["split3_bf16"],
+                    calls["split3_bf16"]) == (3, 4, 4)
     else:
         # x once in the forward with the memo; the backward's operands as before
         assert seen["decomp_qdq"] == calls["decomp_qdq"] - 1 == seen_copied["decomp_qdq"] - 1
@@ -662,6 +667,16 @@ def test_forward_memo_misses_after_an_in_place_write():
         z = torch.randn(8, 32)
         memo.put(z, spec, "triton", "q")
         assert memo.entry is None and memo.get(z, spec, "triton") is None
+    # two slots, least recently used out: x, W1, (hit x), W2 keeps x and W2
+    two = M._TensorMemo(2)
+    w1, w2 = torch.randn(4, 4), torch.randn(4, 4)
+    two.put(x, None, "triton", "x")
+    two.put(w1, None, "triton", "w1")
+    assert two.get(x, None, "triton") == "x"
+    two.put(w2, None, "triton", "w2")
+    assert two.get(w1, None, "triton") is None
+    assert two.get(x, None, "triton") == "x" and two.get(w2, None, "triton") == "w2"
+    assert len(two.entries) == 2
 
 
 def test_layers_run_under_inference_mode():
@@ -700,4 +715,7 @@ def test_split_of_a_transposed_view_and_its_memo():
     w = v.clone()
     s = M._split_bf16(w)
     assert all(a.data_ptr() != b.data_ptr() for a, b in zip(r, s))
+    # a backward's order: W's split between two splits of one x still finds x's
+    u = M._split_bf16(v.t())
+    assert all(a.data_ptr() == b.data_ptr() for a, b in zip(r, u))
     M._SPLIT_MEMO.clear()

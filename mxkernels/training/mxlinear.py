@@ -395,15 +395,22 @@ def _split_contiguous(v: torch.Tensor):
 
 
 class _TensorMemo:
-    """One cached result for one tensor: hit when the next call sees the same storage, offset,
-    shape, strides, dtype and version counter (a write to the tensor in place bumps it) under
-    the same spec and backend. The entry holds the tensor, so its storage cannot be freed and
-    its address handed to another tensor while the entry lives. The generic path's repeated
-    work: q, k and v (gate and up) quantize one x in the forward, and their Wgrads split one
-    saved copy of it."""
+    """Cached results for the last ``slots`` tensors (least recently used out first): hit when
+    a call sees the same storage, offset, shape, strides, dtype and version counter (a write
+    to the tensor in place bumps it) under the same spec and backend. An entry holds its
+    tensor, so the storage cannot be freed and its address handed to another tensor while the
+    entry lives. The generic path's repeated work: q, k and v (gate and up) quantize one x in
+    the forward, and their Wgrads split one saved copy of it (each backward splits its own W
+    for Dgrad in between: two slots)."""
 
-    def __init__(self):
-        self.entry = None
+    def __init__(self, slots: int = 1):
+        self.slots = slots
+        self.entries: list = []
+
+    @property
+    def entry(self):
+        """The most recent entry (None when empty)."""
+        return self.entries[-1] if self.entries else None
 
     @staticmethod
     def _key(t: torch.Tensor, spec, backend: str):
@@ -411,21 +418,28 @@ class _TensorMemo:
                 t.dtype, t.device, t._version, spec, backend)
 
     def get(self, t: torch.Tensor, spec, backend: str):
-        e = self.entry
-        if e is None or t.is_inference() or e[0] != self._key(t, spec, backend):
+        if not self.entries or t.is_inference():
             return None
-        return e[2]
+        key = self._key(t, spec, backend)
+        for i, e in enumerate(self.entries):
+            if e[0] == key:
+                self.entries.append(self.entries.pop(i))       # now the most recent
+                return e[2]
+        return None
 
     def put(self, t: torch.Tensor, spec, backend: str, value) -> None:
         # an inference tensor has no version counter: nothing proves it unchanged, no entry
-        self.entry = None if t.is_inference() else (self._key(t, spec, backend), t, value)
+        if t.is_inference():
+            return
+        self.entries.append((self._key(t, spec, backend), t, value))
+        del self.entries[:-self.slots]
 
     def clear(self) -> None:
-        self.entry = None
+        self.entries = []
 
 
 _A_MEMO = _TensorMemo()          # the forward's A operand (x), on deterministic specs
-_SPLIT_MEMO = _TensorMemo()      # the backward's split-bf16 pieces of one saved x
+_SPLIT_MEMO = _TensorMemo(2)     # the backward's split-bf16 pieces: a saved x and a W
 MEMO = [True]                    # tests switch the memos off to compare
 
 
