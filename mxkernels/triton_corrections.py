@@ -115,14 +115,21 @@ def decomp_qdq_kernel(
         EL_MBITS: tl.constexpr, EL_EMIN: tl.constexpr, EL_EMAX: tl.constexpr,
         EL_MAXCODE: tl.constexpr, EL_SIGNBIT: tl.constexpr, FILL: tl.constexpr,
         EL_MAXSIG: tl.constexpr, EL_EVENTHR: tl.constexpr, EL_MAXF32: tl.constexpr,
-        SCALE_RULE: tl.constexpr, SATURATE: tl.constexpr):
-    """One [BR, BC] tile of a contiguous fp32 [n_rows, n_cols] operand (n_cols a multiple of
-    32 and of MACRO): outlier fallback (OUTLIER 1: topk k = 1, 2: block; tau an fp64 at
-    tau_ptr), macro-block scaling (MACRO > 0 elements, P-bit S_M), MX qdq along the rows; see
-    the module docstring. Writes values fp32, scales [R, C / 32], codes [R, C] (uint8),
-    passthrough [R, C] (uint8 0 / 1, with OUTLIER) and S_M [R, C / MACRO] (fp32, with MACRO)."""
+        SCALE_RULE: tl.constexpr, SATURATE: tl.constexpr, XT: tl.constexpr):
+    """One [BR, BC] tile of an fp32 [n_rows, n_cols] operand (n_cols a multiple of 32 and of
+    MACRO), contiguous, or with XT the transpose of a contiguous x [n_cols, n_rows] (element
+    (r, c) read at c * n_rows + r: no transposed copy): outlier fallback (OUTLIER 1: topk
+    k = 1, 2: block; tau an fp64 at tau_ptr), macro-block scaling (MACRO > 0 elements, P-bit
+    S_M), MX qdq along the rows; see the module docstring. Writes, contiguous [R, C] either
+    way, values fp32, scales [R, C / 32], codes [R, C] (uint8), passthrough [R, C] (uint8
+    0 / 1, with OUTLIER) and S_M [R, C / MACRO] (fp32, with MACRO)."""
     r0, c0, rows, cols, m, offs = _qdq_tile(n_rows, n_cols, BR, BC)
-    b, a = _load_tile(x_ptr, r0, c0, n_rows, n_cols, BR, BC, 0)
+    if XT:
+        b = tl.load(x_ptr + (cols.to(tl.int64)[None, :] * n_rows + rows[:, None]), mask=m,
+                    other=0)
+        a = b & 0x7FFFFFFF
+    else:
+        b, a = _load_tile(x_ptr, r0, c0, n_rows, n_cols, BR, BC, 0)
     if OUTLIER != 0:
         a3 = tl.reshape(a, (BR, BC // 32, 32))
         amax = _max_along(a3, 2)                      # >= 0x7F800000: an Inf or NaN in the block
@@ -429,14 +436,14 @@ _DECOMP_CE: dict = {}
 _TAU: dict = {}
 
 
-def _decomp_ce(fmt, profile, outlier, macro, p, m_odd, br, bc):
-    key = (fmt, profile, outlier, macro, p, m_odd, br, bc)
+def _decomp_ce(fmt, profile, outlier, macro, p, m_odd, br, bc, xt=False):
+    key = (fmt, profile, outlier, macro, p, m_odd, br, bc, bool(xt))
     hit = _DECOMP_CE.get(key)
     if hit is None:
         ce = qdq_constexprs(fmt, profile, "float32", rows=True, with_codes=True,
                             out_dtype="float32", block_rows=br, block_cols=bc)
         ce.update(OUTLIER=OUTLIER_RULES[outlier], MACRO=int(macro or 0), P=int(p),
-                  M_ODD=int(m_odd), BL_M=int(m_odd).bit_length())
+                  M_ODD=int(m_odd), BL_M=int(m_odd).bit_length(), XT=bool(xt))
         names = decomp_qdq_kernel.arg_names
         ce = {k: ce[k] for k in names[9:]}
         hit = _DECOMP_CE[key] = (ce, tuple(ce[k] for k in names[9:]))
@@ -454,18 +461,21 @@ def _tau_tensor(tau: float, device) -> torch.Tensor:
 
 
 def decomp_qdq(t: torch.Tensor, spec):
-    """``(scales, codes, values, passthrough, macro_scales)`` of the contiguous fp32 operand
-    t [R, C] under ``spec`` (see :func:`decomp_supports`), bit for bit the torch chain of
+    """``(scales, codes, values, passthrough, macro_scales)`` of the fp32 operand t [R, C]
+    under ``spec`` (see :func:`decomp_supports`), bit for bit the torch chain of
     mxkernels.training.quant (outlier fallback, macro-block scaling, MX quantize, dequantize,
     times S_M, passthrough put back): scales uint8 [R, C / 32], codes uint8 [R, C], values fp32
     [R, C], passthrough bool [R, C] (None without an outlier rule), macro_scales fp32
-    [R, C / macro] (None without macro)."""
+    [R, C / macro] (None without macro), all contiguous. t is contiguous or a transposed view
+    of a contiguous tensor (x.t(): read in place, no transposed copy)."""
     from mxkernels.torch_fast import MACRO_P
     from mxref.decompose import grid_facts
     from mxref.formats import get_format
     if not (isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.ndim == 2 and
-            t.is_contiguous()):
-        raise KernelUnsupported("decomp_qdq takes a contiguous 2-D float32 tensor")
+            (t.is_contiguous() or t.t().is_contiguous())):
+        raise KernelUnsupported("decomp_qdq takes a 2-D float32 tensor, contiguous or the "
+                                "transpose of a contiguous one")
+    xt = not t.is_contiguous()
     R, C = t.shape
     if not decomp_supports(spec, C):
         raise KernelUnsupported(f"decomp_qdq does not implement {spec} for {C} columns")
@@ -477,7 +487,7 @@ def decomp_qdq(t: torch.Tensor, spec):
     br = 32
     if br * C >= 2**31:
         raise KernelUnsupported(f"decomp_qdq: {C} columns is too wide for int32 tile offsets")
-    ce = _decomp_ce(spec.fmt, spec.profile, spec.outlier, macro, p, m_odd, br, bc)
+    ce = _decomp_ce(spec.fmt, spec.profile, spec.outlier, macro, p, m_odd, br, bc, xt)
     dev = t.device
     values = torch.empty((R, C), dtype=torch.float32, device=dev)
     scales = torch.empty((R, C // 32), dtype=torch.uint8, device=dev)
@@ -488,7 +498,8 @@ def decomp_qdq(t: torch.Tensor, spec):
     if R and C:
         launch_cached(decomp_qdq_kernel, triton.cdiv(R, br) * triton.cdiv(C, bc), ce,
                       None if INTERPRETED else 4,
-                      (t.view(torch.int32), tau, values, scales, codes, pt, sm, R, C), 7,
+                      ((t.t() if xt else t).view(torch.int32), tau, values, scales, codes,
+                       pt, sm, R, C), 7,
                       enable_fp_fusion=False)
     return (scales, codes, values, pt.view(torch.bool) if spec.outlier else None,
             sm if macro else None)
@@ -623,19 +634,22 @@ def scale_outer(x: torch.Tensor, ra: torch.Tensor | None = None, rb: torch.Tenso
 
 def aot_specs():
     """[(id, jitfn, signature, constexprs)]: decomp (outlier + macro 128, each alone, macro 256)
-    for MXFP4 and MXFP8; the radix pass at the first and last digit and the pick step."""
+    for MXFP4 and MXFP8, and a transposed input; the radix pass at the first and last digit and the pick step."""
     out = []
     names = decomp_qdq_kernel.arg_names
     rt = {"x_ptr": "*i32", "tau_ptr": "*fp64", "out_ptr": "*fp32", "scale_ptr": "*u8",
           "code_ptr": "*u8", "pt_ptr": "*u8", "sm_ptr": "*fp32", "n_rows": "i32",
           "n_cols": "i32"}
-    for fmt, outlier, macro in (("mxfp4", "topk", 128), ("mxfp4", "topk", 0),
-                                ("mxfp4", None, 128), ("mxfp8_e4m3", "block", 256)):
+    for fmt, outlier, macro, xt in (("mxfp4", "topk", 128, False), ("mxfp4", "topk", 0, False),
+                                    ("mxfp4", None, 128, False),
+                                    ("mxfp8_e4m3", "block", 256, False),
+                                    ("mxfp4", "topk", 128, True)):
         bc = max(128, macro)
-        ce, _ = _decomp_ce(fmt, "ocp", outlier, macro, 8, 3 if fmt == "mxfp4" else 7, 32, bc)
+        ce, _ = _decomp_ce(fmt, "ocp", outlier, macro, 8, 3 if fmt == "mxfp4" else 7, 32, bc,
+                           xt)
         sig = {**rt, **{k: "constexpr" for k in ce}}
-        out.append((f"decomp_qdq-{fmt}-{outlier}-m{macro}", decomp_qdq_kernel,
-                    {k: sig[k] for k in names}, dict(ce)))
+        out.append((f"decomp_qdq-{fmt}-{outlier}-m{macro}{'-xt' if xt else ''}",
+                    decomp_qdq_kernel, {k: sig[k] for k in names}, dict(ce)))
     for shift in (16, 0):
         ce = {"SHIFT": shift, "BLOCK": _SELECT_BLOCK}
         sig = {"cand_ptr": "*i32", "cnt_ptr": "*i32", "state_ptr": "*i64", "hist_ptr": "*i32",

@@ -136,6 +136,25 @@ def test_decomp_qdq_equals_mxref(tc, name):
     _check(got, want)
 
 
+@pytest.mark.parametrize("name", ["decomp-fixed", "block-rule", "macro256-e4m3", "mxfp8"])
+def test_decomp_qdq_reads_a_transposed_view(tc, name):
+    """A transposed view (the backward's W^T, dy^T, x^T) is read in place, with the same
+    results as mxref on the operand it views; row counts off the tile (masked) included."""
+    mod, dev = tc
+    spec = SPECS[name]
+    x = _edge_operand()
+    if spec.macro == 256:
+        x = np.concatenate([x, x[:, :128]], axis=1)
+    for rows in (x.shape[0], 33):
+        xr = np.ascontiguousarray(np.resize(x, (rows, x.shape[1])).astype(np.float32))
+        view = torch.from_numpy(np.ascontiguousarray(xr.T)).to(dev).t()
+        assert not view.is_contiguous()
+        np.testing.assert_array_equal(view.cpu().numpy().view(np.uint32), xr.view(np.uint32))
+        got = mod.decomp_qdq(view, spec)
+        assert all(g is None or g.is_contiguous() for g in got)
+        _check(got, _expected(xr, spec))
+
+
 def test_decomp_qdq_rows_beyond_a_tile_and_empty(tc):
     """Row counts that are not a multiple of the tile's (masked rows), one row, none."""
     mod, dev = tc
@@ -299,6 +318,16 @@ def test_planted_decomp_bug_is_caught(tmp_path, old, new):
         _check(bad.decomp_qdq(torch.from_numpy(x.copy()), DEC), want)
 
 
+def test_planted_transposed_read_is_caught(tmp_path):
+    """The transposed-view test can fail: the view's rows read in reverse order."""
+    bad = _planted(tmp_path, "b = tl.load(x_ptr + (cols.to(tl.int64)[None, :] * n_rows + "
+                             "rows[:, None]), mask=m,",
+                   "b = tl.load(x_ptr + (cols.to(tl.int64)[None, :] * n_rows + "
+                   "(n_rows - 1 - rows)[:, None]), mask=m,")
+    with pytest.raises(AssertionError):
+        test_decomp_qdq_reads_a_transposed_view((bad, "cpu"), "decomp-fixed")
+
+
 @pytest.mark.parametrize("old, new", [
     # amax / 6 as a multiply by fl(1 / 6)
     ("s = tl.where(amax > 0, tl.math.div_rn(amax, six), 1.0)",
@@ -376,11 +405,14 @@ def test_layer_on_triton_equals_torch_and_passes_in_run_checks(recipe, device, m
     from mxkernels.training.validate import check_capture
     tcm = Q.triton_module("triton_corrections", torch.device(device))
     calls = {"decomp_qdq": 0, "occ_bounds": 0, "vector_qdq": 0}
+    views = []
     for name in calls:
         real = getattr(tcm, name)
 
         def counted(*a, _real=real, _name=name, **k):
             calls[_name] += 1
+            if _name == "decomp_qdq":
+                views.append(not a[0].is_contiguous())
             return _real(*a, **k)
         monkeypatch.setattr(tcm, name, counted)
     mt, xt, yt = _layer(recipe, "triton", device=device)
@@ -390,6 +422,8 @@ def test_layer_on_triton_equals_torch_and_passes_in_run_checks(recipe, device, m
                                       b.detach().cpu().numpy().view(np.uint32))
     if recipe.startswith("decomp"):
         assert calls == {"decomp_qdq": 6, "occ_bounds": 0, "vector_qdq": 0}
+        # the backward's W^T, dy^T and x^T are read in place, not copied to transposes
+        assert views == [False, False, False, True, True, True]
     else:                   # x (OCC) and W (DGE) in the forward
         assert calls == {"decomp_qdq": 0, "occ_bounds": 1, "vector_qdq": 2}
     recs = check_capture(mt, gemm_check="bound")

@@ -193,9 +193,11 @@ def _operand(ctx: _Ctx, gemm: str, side: str, t: torch.Tensor, spec: OperandSpec
     """Rotate (if the GEMM rotates) and quantize one operand; returns (QOperand or None, hp
     tensor fed to the GEMM when unquantized). ``signs``: the host (numpy) copy of signs_t,
     which the triton backend's rotation kernel takes. An operand that stays high precision
-    and unrotated keeps its layout (a transposed view stays one: the GEMMs take either)."""
+    and unrotated keeps its layout (a transposed view stays one: the GEMMs take either), and
+    so does one that the fused decomp launch reads in place (the backward's W^T, dy^T, x^T)."""
     t = t.to(torch.float32)
-    if spec.fmt is not None or signs_t is not None:
+    if (spec.fmt is not None or signs_t is not None) and not (
+            signs_t is None and _decomp_reads_view(ctx, spec, t)):
         t = t.contiguous()
     if rec is not None:
         rec["input"] = _np(t)
@@ -218,6 +220,16 @@ def _operand(ctx: _Ctx, gemm: str, side: str, t: torch.Tensor, spec: OperandSpec
     if rec is not None:
         _record(rec, q, seed)
     return q, t
+
+
+def _decomp_reads_view(ctx: _Ctx, spec: OperandSpec, t: torch.Tensor) -> bool:
+    """Whether t is a transposed view that triton_corrections.decomp_qdq quantizes in place
+    (quant._quantize_operand's decomp branch takes it as it is)."""
+    return ctx.backend == "triton" and t.ndim == 2 and not t.is_contiguous() and \
+        t.t().is_contiguous() and spec.fmt is not None and \
+        (spec.outlier is not None or spec.macro is not None) and \
+        spec.clamp_quantile is None and spec.scaling == "block" and \
+        Q.triton_module("triton_corrections", t.device).decomp_supports(spec, t.shape[1])
 
 
 def _record(rec: dict, q, seed) -> None:

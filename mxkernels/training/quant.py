@@ -487,10 +487,11 @@ def _quantize_operand(t, spec, backend, sr_seed):
         return QOperand(v, None, codes, None, s, extra, True)
     f = get_format(spec.fmt)
     if backend == "triton" and (spec.outlier is not None or spec.macro is not None) and \
-            t.ndim == 2 and t.dtype == torch.float32 and t.is_contiguous() and \
+            t.ndim == 2 and t.dtype == torch.float32 and \
+            (t.is_contiguous() or t.t().is_contiguous()) and \
             triton_module("triton_corrections", t.device).decomp_supports(spec, t.shape[1]):
         # outlier fallback + macro-block scaling + MX quantize-dequantize in one launch,
-        # bit for bit the chain below
+        # bit for bit the chain below (a transposed view is read in place)
         s, c, v, pt, sm = triton_module("triton_corrections", t.device).decomp_qdq(t, spec)
         if pt is not None:
             extra["passthrough"] = pt
