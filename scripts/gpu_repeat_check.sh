@@ -6,12 +6,14 @@
 # (seq 1024 x 32, graphed, corpus python, seed 1) for STEPS steps, and compares every logged
 # loss and gradient norm bit for bit:
 #   scripts/gpu_repeat_check.sh OUTDIR [STEPS] [RECIPES]
-# REPEAT_EAGER=1 steps eagerly instead; REPEAT_ROOT: where the runs go (default /var/tmp).
+# REPEAT_EAGER=1 steps eagerly instead; REPEAT_DETERMINISTIC=1 trains with --deterministic;
+# REPEAT_ROOT: where the runs go (default /var/tmp).
 # OUTDIR/repeat.json: per recipe, the first step whose loss or grad norm differs (null: none).
 set -uo pipefail
 OUT=${1:?outdir}; STEPS=${2:-10}; RECIPES=${3:-mxfp4-fdw,bf16}
 ROOT=${REPEAT_ROOT:-/var/tmp/mxref_repeat}
 GRAPH=--cuda-graph; [ "${REPEAT_EAGER:-0}" = 1 ] && GRAPH=""   # REPEAT_EAGER=1: no CUDA graphs
+[ "${REPEAT_DETERMINISTIC:-0}" = 1 ] && GRAPH="$GRAPH --deterministic"
 mkdir -p "$ROOT"
 for r in ${RECIPES//,/ }; do
   for k in 1 2; do

@@ -354,3 +354,63 @@ def test_decomp_experiment_plans_the_one_fix_arms_and_decomposes_quantized_arms_
                                         "decomp-fixed"]
     assert [c.decompose for c in cfgs] == [False, True, True, True, True]
     assert cfgs[0].validate_every == 0
+
+
+# ---- --deterministic ----------------------------------------------------------------------------
+def test_deterministic_mode_sets_and_restores_the_process_state(monkeypatch):
+    """deterministic_mode turns torch's deterministic algorithms, cuDNN's deterministic flag
+    and cuBLAS's fixed workspace on inside, and puts each back after (also after an error);
+    a workspace the user set is kept."""
+    from mxkernels.training.trainer import CUBLAS_WORKSPACE, deterministic_mode
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    before = (torch.are_deterministic_algorithms_enabled(),
+              torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark)
+    assert not before[0]
+    with pytest.raises(ValueError):
+        with deterministic_mode(True):
+            assert torch.are_deterministic_algorithms_enabled()
+            assert torch.backends.cudnn.deterministic and not torch.backends.cudnn.benchmark
+            assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == CUBLAS_WORKSPACE
+            raise ValueError("inside")
+    assert (torch.are_deterministic_algorithms_enabled(), torch.backends.cudnn.deterministic,
+            torch.backends.cudnn.benchmark) == before
+    assert "CUBLAS_WORKSPACE_CONFIG" not in os.environ
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    with deterministic_mode(True):
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+    with deterministic_mode(False):
+        assert not torch.are_deterministic_algorithms_enabled()
+
+
+def test_deterministic_is_part_of_the_identity_only_when_on(tmp_path):
+    """Runs made before the option keep their identity; a deterministic run is another run
+    (its kernels differ), and it trains, repeats itself and restores the process state."""
+    assert "deterministic" not in _cfg(tmp_path / "a").identity()
+    on = _cfg(tmp_path / "b", deterministic=True, tokens=4 * 32 * 3)
+    assert on.identity()["deterministic"] is True
+    s1 = train(on)
+    s2 = train(_cfg(tmp_path / "c", deterministic=True, tokens=4 * 32 * 3))
+    assert s1["status"] == s2["status"] == "complete"
+    assert _losses(tmp_path / "b") == _losses(tmp_path / "c")
+    assert not torch.are_deterministic_algorithms_enabled()
+    with pytest.raises(RunDirError):            # same directory, other identity
+        train(_cfg(tmp_path / "b", tokens=4 * 32 * 3))
+
+
+def test_deterministic_without_an_implementation_is_a_usage_error(tmp_path, monkeypatch):
+    """An op with no deterministic implementation (torch raises RuntimeError) stops a
+    --deterministic run with a TrainingConfigError that names it; without the option the
+    error is not rewritten."""
+    from mxkernels.training import trainer as T
+
+    def boom(*a, **k):
+        raise RuntimeError("index_put_ with accumulate=False does not have a deterministic "
+                           "implementation, but you set 'torch.use_deterministic_algorithms"
+                           "(True)'.\nmore")
+    monkeypatch.setattr(T, "_train", boom)
+    with pytest.raises(TrainingConfigError, match="--deterministic: .*index_put_"):
+        train(_cfg(tmp_path / "d", deterministic=True))
+    with pytest.raises(RuntimeError, match="index_put_") as e:
+        train(_cfg(tmp_path / "e"))
+    assert not isinstance(e.value, TrainingConfigError)

@@ -104,6 +104,12 @@ def _train_options(f):
                           "no host enqueue. Needs a GPU, one process and a fast-path recipe or a "
                           "generic one with no per-step host state (ms-fp4, decomp-fixed); "
                           "the first two steps and the checked / timed ones run eagerly."),
+        click.option("--deterministic", is_flag=True,
+                     help="Deterministic kernels (torch.use_deterministic_algorithms, cuDNN "
+                          "deterministic, CUBLAS_WORKSPACE_CONFIG=:4096:8): reruns on one GPU "
+                          "repeat their bits. An op without a deterministic implementation "
+                          "stops the run with a usage error naming it. Part of the run's "
+                          "identity."),
         click.option("--tokenizer", type=click.Choice(["bytes", "bpe"]), default="bytes",
                      show_default=True,
                      help="bytes (vocabulary 256) or a BPE trained on the corpus's training "
@@ -136,7 +142,8 @@ def train_group(ctx, model, recipe, tokens, seed, out, seq_len, batch_size, grad
                 corpus, val_fraction, eval_every, eval_tokens, ckpt_every, keep_checkpoints,
                 validate_every, decompose, quant_time_every, threads, stop_after, stop_after_seconds,
                 no_progress,
-                fsdp, cuda_graph, tokenizer, vocab_size, debug_nan_at_step, as_json):
+                fsdp, cuda_graph, deterministic, tokenizer, vocab_size, debug_nan_at_step,
+                as_json):
     """Train a Llama/Qwen model (random init) with an MX recipe.
 
     \b
@@ -165,7 +172,7 @@ def train_group(ctx, model, recipe, tokens, seed, out, seq_len, batch_size, grad
                       stop_after=stop_after, stop_after_seconds=stop_after_seconds,
                       debug_nan_at_step=debug_nan_at_step,
                       fsdp=fsdp, tokenizer=tokenizer, vocab_size=vocab_size,
-                      cuda_graph=cuda_graph)
+                      cuda_graph=cuda_graph, deterministic=deterministic)
     try:
         summary = train(cfg)
     except MXRefError as e:

@@ -26,7 +26,7 @@ import resource
 import subprocess
 import sys
 import time
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -94,6 +94,10 @@ class TrainConfig:
     # one CUDA graph per step (_StepGraph): a capturable AdamW (its own rounding: part of the
     # identity) and the fused launches read the step from the device
     cuda_graph: bool = False
+    # torch.use_deterministic_algorithms(True), cuDNN deterministic, cuBLAS's fixed workspace
+    # (CUBLAS_WORKSPACE_CONFIG): reruns of the same run on one GPU repeat their bits; another
+    # choice of kernels (part of the identity)
+    deterministic: bool = False
 
     # validate_every: the in-run check reads captured operands on the host and changes no bit
     # of the step (tests/test_training_trainer.py runs a recipe with and without checks), so a
@@ -104,7 +108,8 @@ class TrainConfig:
 
     # fields added after runs were made: left out of the identity at their default, so the
     # fingerprints of earlier runs (and their resumes) stay what they were
-    NEW_DEFAULTS = {"fsdp": False, "tokenizer": "bytes", "vocab_size": 0, "cuda_graph": False}
+    NEW_DEFAULTS = {"fsdp": False, "tokenizer": "bytes", "vocab_size": 0, "cuda_graph": False,
+                    "deterministic": False}
 
     def identity(self) -> dict:
         d = dataclasses.asdict(self)
@@ -579,9 +584,50 @@ def train(cfg: TrainConfig) -> dict:
     resolve_recipe(cfg.recipe, cfg.seed)  # unknown recipe: fail before loading anything
     out = Path(cfg.out)
     try:
-        return _train(cfg, out, device, dist, t_begin)
+        with deterministic_mode(cfg.deterministic):
+            return _train(cfg, out, device, dist, t_begin)
+    except RuntimeError as e:
+        if cfg.deterministic and "deterministic" in str(e):
+            raise TrainingConfigError(
+                f"--deterministic: an operation of this run has no deterministic "
+                f"implementation on {device.type}: {str(e).splitlines()[0]}") from e
+        raise
     finally:
         ddp.shutdown(dist)
+
+
+CUBLAS_WORKSPACE = ":4096:8"
+
+
+@contextmanager
+def deterministic_mode(on: bool):
+    """With ``on``: torch's deterministic algorithms (an op without a deterministic
+    implementation raises instead of running), cuDNN deterministic and not benchmarking, and
+    cuBLAS's fixed workspace (``CUBLAS_WORKSPACE_CONFIG``, which torch requires for
+    deterministic cuBLAS; it takes effect for cuBLAS handles made after it is set, so a
+    process that ran CUDA matmuls before keeps its old handles). Every setting is put back on
+    exit. Our Triton kernels use only integer or max atomics: they are deterministic either
+    way."""
+    if not on:
+        yield
+        return
+    prev = (torch.are_deterministic_algorithms_enabled(),
+            torch.is_deterministic_algorithms_warn_only_enabled(),
+            torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark,
+            os.environ.get("CUBLAS_WORKSPACE_CONFIG"))
+    os.environ["CUBLAS_WORKSPACE_CONFIG"] = prev[4] or CUBLAS_WORKSPACE
+    torch.use_deterministic_algorithms(True)
+    torch.backends.cudnn.deterministic = True
+    torch.backends.cudnn.benchmark = False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(prev[0], warn_only=prev[1])
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = prev[2], prev[3]
+        if prev[4] is None:
+            os.environ.pop("CUBLAS_WORKSPACE_CONFIG", None)
+        else:
+            os.environ["CUBLAS_WORKSPACE_CONFIG"] = prev[4]
 
 
 def _train(cfg: TrainConfig, out: Path, device: torch.device, dist: ddp.DistInfo,
