@@ -701,6 +701,12 @@ def test_forward_memo_misses_after_an_in_place_write():
         z = torch.randn(8, 32)
         memo.put(z, spec, "triton", "q")
         assert memo.entry is None and memo.get(z, spec, "triton") is None
+    # a tensor with no storage address (torch.compile's fake tensors): never cached
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    with FakeTensorMode():
+        f = torch.empty(8, 32)
+        memo.put(f, spec, "triton", "q")
+        assert memo.entry is None and memo.get(f, spec, "triton") is None
     # two slots, least recently used out: x, W1, (hit x), W2 keeps x and W2
     two = M._TensorMemo(2)
     w1, w2 = torch.randn(4, 4), torch.randn(4, 4)

@@ -426,13 +426,24 @@ class _TensorMemo:
 
     @staticmethod
     def _key(t: torch.Tensor, spec, backend: str):
-        return (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride(),
-                t.dtype, t.device, t._version, spec, backend)
+        """The tensor's identity, or None where it has none to read: an inference tensor (no
+        version counter: nothing proves it unchanged), a tensor being traced or a fake one
+        (torch.compile: no storage address, or address 0 for all of them), an empty one."""
+        if t.is_inference() or torch.compiler.is_compiling():
+            return None
+        try:
+            ptr = t.untyped_storage().data_ptr()
+            return None if ptr == 0 else (ptr, t.storage_offset(), tuple(t.shape), t.stride(),
+                                          t.dtype, t.device, t._version, spec, backend)
+        except (RuntimeError, NotImplementedError):
+            return None
 
     def get(self, t: torch.Tensor, spec, backend: str):
-        if not self.entries or t.is_inference():
+        if not self.entries:
             return None
         key = self._key(t, spec, backend)
+        if key is None:
+            return None
         for i, e in enumerate(self.entries):
             if e[0] == key:
                 self.entries.append(self.entries.pop(i))       # now the most recent
@@ -440,10 +451,10 @@ class _TensorMemo:
         return None
 
     def put(self, t: torch.Tensor, spec, backend: str, value) -> None:
-        # an inference tensor has no version counter: nothing proves it unchanged, no entry
-        if t.is_inference():
+        key = self._key(t, spec, backend)
+        if key is None:
             return
-        self.entries.append((self._key(t, spec, backend), t, value))
+        self.entries.append((key, t, value))
         del self.entries[:-self.slots]
 
     def clear(self) -> None:
