@@ -224,11 +224,10 @@ def _operand(ctx: _Ctx, gemm: str, side: str, t: torch.Tensor, spec: OperandSpec
 
 def _decomp_reads_view(ctx: _Ctx, spec: OperandSpec, t: torch.Tensor) -> bool:
     """Whether t is a transposed view that triton_corrections.decomp_qdq quantizes in place
-    (quant._quantize_operand's decomp branch takes it as it is)."""
+    (quant._quantize_operand's decomp branch takes it as it is: decomp_supports accepts only
+    block-scaled specs with an outlier rule or macro scaling, no clamp)."""
     return ctx.backend == "triton" and t.ndim == 2 and not t.is_contiguous() and \
-        t.t().is_contiguous() and spec.fmt is not None and \
-        (spec.outlier is not None or spec.macro is not None) and \
-        spec.clamp_quantile is None and spec.scaling == "block" and \
+        t.t().is_contiguous() and \
         Q.triton_module("triton_corrections", t.device).decomp_supports(spec, t.shape[1])
 
 
