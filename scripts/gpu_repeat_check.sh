@@ -15,6 +15,9 @@ ROOT=${REPEAT_ROOT:-/var/tmp/mxref_repeat}
 GRAPH=--cuda-graph; [ "${REPEAT_EAGER:-0}" = 1 ] && GRAPH=""   # REPEAT_EAGER=1: no CUDA graphs
 [ "${REPEAT_DETERMINISTIC:-0}" = 1 ] && GRAPH="$GRAPH --deterministic"
 mkdir -p "$ROOT"
+# `mxref train` comes from mxkernels' entry point: the device copy must be installed
+python3 -m pip install -q --no-deps --no-build-isolation --no-index -e . >"$OUT/pip.log" 2>&1 \
+  || echo "pip install -e . failed (see pip.log): mxref train needs the entry points" >&2
 for r in ${RECIPES//,/ }; do
   for k in 1 2; do
     rm -rf "${ROOT:?}/$r-$k"
