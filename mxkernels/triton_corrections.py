@@ -34,7 +34,9 @@ synchronization (prefixes, ranks and counts live on the device), so a CUDA graph
 ``vector_qdq_kernel``: ms-fp4's operand (torch_fast.vector_scaling, with the OCC clamp and its
 residual) in one launch; ``split3_bf16_kernel``: an fp32 tensor as three bf16 pieces that sum
 to it exactly (the split-bf16 GEMM of mxkernels.training.mxlinear); ``scale_outer_kernel``:
-a matrix times a row and a column vector in one pass (the vector-wise GEMM epilogue).
+a matrix times a row and a column vector in one pass (the vector-wise GEMM epilogue);
+``transpose_kernel``: a transposed view made contiguous (the decomp launch's row read for the
+backward's W^T, dy^T and x^T).
 """
 from __future__ import annotations
 
@@ -66,6 +68,7 @@ __all__ = [
     "occ_bounds",
     "scale_outer",
     "split3_bf16",
+    "transpose_contiguous",
     "vector_qdq",
 ]
 
@@ -97,14 +100,35 @@ def _macro_bits(amax, P: tl.constexpr, M_ODD: tl.constexpr, BL_M: tl.constexpr):
     sub_sa = mant << tl.minimum(tl.maximum(24 - _bitlen24(mant), 0), 24)
     sa = tl.where(ex > 0, mant | (1 << 23), sub_sa)
     tt = _bitlen24(sa) - BL_M
-    modd = tl.full(sa.shape, M_ODD, tl.int64)
-    tt = tl.where(sa < (modd << tl.maximum(tt, 0)), tt - 1, tt)
+    tt = tl.where(sa < (M_ODD << tl.maximum(tt, 0)), tt - 1, tt)
     sh = (P - 1) - tt
     num = tl.where(sh >= 0, sa << tl.maximum(sh, 0), sa)
-    den = tl.where(sh >= 0, modd, modd << tl.maximum(-sh, 0))
-    s_int = (num + den - 1) // den
+    # ceil(num / (M_ODD 2^k)) = ceil(ceil(num / 2^k) / M_ODD) for integers num >= 0 (k =
+    # max(-sh, 0)): a shift, then a division by the constant M_ODD (a multiply, not a call)
+    k = tl.maximum(-sh, 0)
+    s_int = (((num + (1 << k) - 1) >> k) + (M_ODD - 1)) // M_ODD
     s_int = tl.where(am == 0, 1 << (P - 1), s_int)
     return ((127 << 23) + ((s_int - (1 << (P - 1))) << (24 - P))).to(tl.int32)
+
+
+@triton.jit
+def _below_bits(amax, tau, rtau):
+    """Per block, the smallest fp32 magnitude bits T with fl64(tau * T) >= amax (amax the
+    block's fp32 amax bits; tau >= 0 and rtau = fl64(1 / tau) as fp64): fl64(tau a) < amax
+    holds exactly for the magnitudes a < T (fl64(tau a) is non-decreasing in a), so the tau
+    rule's per-element test is one integer compare. t0 = fl32(fl64(amax * rtau)) is within
+    one fp32 ulp of amax / tau (relative errors 2^-52 against the ulp's 2^-24), and the exact
+    test on t0 - 1, t0, t0 + 1 (fl64, the reference's own expression) picks T from them, or
+    t0 + 2: monotonicity gives P(t0 - 2) and not P(t0 + 2). A non-finite amax (never flagged)
+    gives some T; tau = 0 (rtau inf) gives NaN-pattern bits above every finite magnitude."""
+    amax_d = amax.to(tl.float32, bitcast=True).to(tl.float64)
+    t0 = (amax_d * rtau).to(tl.float32).to(tl.int32, bitcast=True)
+    thr = t0 + 2
+    for k in tl.static_range(3):
+        c = tl.maximum(t0 + (1 - k), 0)
+        below = (c.to(tl.float32, bitcast=True).to(tl.float64) * tau) < amax_d
+        thr = tl.where(below, thr, c)
+    return thr
 
 
 @triton.jit
@@ -115,28 +139,30 @@ def decomp_qdq_kernel(
         EL_MBITS: tl.constexpr, EL_EMIN: tl.constexpr, EL_EMAX: tl.constexpr,
         EL_MAXCODE: tl.constexpr, EL_SIGNBIT: tl.constexpr, FILL: tl.constexpr,
         EL_MAXSIG: tl.constexpr, EL_EVENTHR: tl.constexpr, EL_MAXF32: tl.constexpr,
-        SCALE_RULE: tl.constexpr, SATURATE: tl.constexpr, XT: tl.constexpr):
-    """One [BR, BC] tile of an fp32 [n_rows, n_cols] operand (n_cols a multiple of 32 and of
-    MACRO), contiguous, or with XT the transpose of a contiguous x [n_cols, n_rows] (element
-    (r, c) read at c * n_rows + r: no transposed copy): outlier fallback (OUTLIER 1: topk
-    k = 1, 2: block; tau an fp64 at tau_ptr), macro-block scaling (MACRO > 0 elements, P-bit
-    S_M), MX qdq along the rows; see the module docstring. Writes, contiguous [R, C] either
-    way, values fp32, scales [R, C / 32], codes [R, C] (uint8), passthrough [R, C] (uint8
-    0 / 1, with OUTLIER) and S_M [R, C / MACRO] (fp32, with MACRO)."""
+        SCALE_RULE: tl.constexpr, SATURATE: tl.constexpr, XT: tl.constexpr,
+        SRC: tl.constexpr):
+    """One [BR, BC] tile of an fp32 (SRC 0) or bf16 (SRC 1) [n_rows, n_cols] operand (n_cols a
+    multiple of 32 and of MACRO), contiguous, or with XT the transpose of a contiguous x
+    [n_cols, n_rows] (element (r, c) read at c * n_rows + r: no transposed copy): outlier
+    fallback (OUTLIER 1: topk k = 1, 2: block; tau and fl64(1 / tau) as fp64 at tau_ptr),
+    macro-block scaling (MACRO > 0 elements, P-bit S_M), MX qdq along the rows; see the module
+    docstring. Writes, contiguous [R, C] either way, values fp32, scales [R, C / 32], codes
+    [R, C] (uint8), passthrough [R, C] (uint8 0 / 1, with OUTLIER) and S_M [R, C / MACRO]
+    (fp32, with MACRO)."""
     r0, c0, rows, cols, m, offs = _qdq_tile(n_rows, n_cols, BR, BC)
     if XT:
         b = tl.load(x_ptr + (cols.to(tl.int64)[None, :] * n_rows + rows[:, None]), mask=m,
                     other=0)
+        if SRC == 1:
+            b = b.to(tl.uint16, bitcast=True).to(tl.int32) << 16
         a = b & 0x7FFFFFFF
     else:
-        b, a = _load_tile(x_ptr, r0, c0, n_rows, n_cols, BR, BC, 0)
+        b, a = _load_tile(x_ptr, r0, c0, n_rows, n_cols, BR, BC, SRC)
     if OUTLIER != 0:
         a3 = tl.reshape(a, (BR, BC // 32, 32))
         amax = _max_along(a3, 2)                      # >= 0x7F800000: an Inf or NaN in the block
-        tau = tl.load(tau_ptr)
-        af = a3.to(tl.float32, bitcast=True).to(tl.float64)
-        below = (af * tau) < amax.to(tl.float32, bitcast=True).to(tl.float64)[:, :, None]
-        count = tl.reduce(below.to(tl.int32), 2, _add)
+        thr = _below_bits(amax, tl.load(tau_ptr), tl.load(tau_ptr + 1))
+        count = tl.reduce((a3 < thr[:, :, None]).to(tl.int32), 2, _add)
         flagged = (count >= 16) & (amax > 0) & (amax < 0x7F800000)
         if OUTLIER == 1:
             j = tl.arange(0, 32)[None, None, :]
@@ -145,8 +171,12 @@ def decomp_qdq_kernel(
         else:
             pt3 = flagged[:, :, None] & (a3 >= 0)
         pt = tl.reshape(pt3, (BR, BC))
-        # the kept bf16 value (RNE on the bits; a flagged block is finite)
-        kept = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16
+        # the kept bf16 value (RNE on the bits; a flagged block is finite); a bf16 source is
+        # its own
+        if SRC == 1:
+            kept = b
+        else:
+            kept = ((b + 0x7FFF + ((b >> 16) & 1)) >> 16) << 16
         b = tl.where(pt, 0, b)
         a = b & 0x7FFFFFFF
         tl.store(pt_ptr + offs, pt.to(tl.uint8), mask=m)
@@ -353,6 +383,23 @@ def vector_qdq_kernel(x_ptr, bounds_ptr, code_ptr, val_ptr, s_ptr, y_ptr, res_pt
     tl.store(val_ptr + offs, val, mask=m)
 
 
+# ---- a transposed view made contiguous ------------------------------------------------------
+@triton.jit
+def transpose_kernel(x_ptr, y_ptr, n_rows, n_cols, T: tl.constexpr):
+    """y [n_cols, n_rows] = x^T for a contiguous x [n_rows, n_cols] of 16- or 32-bit integers
+    (the bits of bf16 / fp32 moved, not converted): one [T, T] tile per program, read along
+    x's rows and written along y's (the layout change through shared memory), both coalesced."""
+    n_ct = (n_cols + T - 1) // T
+    pid = tl.program_id(0)
+    pr = pid // n_ct
+    r = pr * T + tl.arange(0, T)
+    c = (pid - pr * n_ct) * T + tl.arange(0, T)
+    m = (r < n_rows)[:, None] & (c < n_cols)[None, :]
+    v = tl.load(x_ptr + (r.to(tl.int64)[:, None] * n_cols + c[None, :]), mask=m, other=0)
+    tl.store(y_ptr + (c.to(tl.int64)[:, None] * n_rows + r[None, :]), tl.trans(v),
+             mask=tl.trans(m))
+
+
 # ---- an fp32 operand in three bf16 pieces ---------------------------------------------------
 @triton.jit
 def split3_bf16_kernel(x_ptr, o1_ptr, o2_ptr, o3_ptr, n, BLOCK: tl.constexpr):
@@ -433,17 +480,27 @@ def decomp_supports(spec, n_cols: int | None = None) -> bool:
 
 
 _DECOMP_CE: dict = {}
+# (rows per tile, warps) per (transposed view, source dtype), with BC = max(128, macro) columns,
+# from bench/gpu_decomp.py on an H200 (bench/results/decomp_h200.md): at 16 rows and 4 warps
+# the contiguous launch holds ~96 registers a thread (20 resident warps an SM, against 8 at
+# 32 rows: 176 registers), 127 against 204 us for a 16384 x 2048 fp32 operand; the transposed
+# bf16 read was fastest at 8 rows
+DECOMP_TILES = {(False, "float32"): (16, 4), (False, "bfloat16"): (16, 4),
+                (True, "float32"): (16, 4), (True, "bfloat16"): (8, 4)}
 _TAU: dict = {}
+_DECOMP_SRC = {"float32": 0, "bfloat16": 1}
+_VIEW = {"float32": torch.int32, "bfloat16": torch.int16}
 
 
-def _decomp_ce(fmt, profile, outlier, macro, p, m_odd, br, bc, xt=False):
-    key = (fmt, profile, outlier, macro, p, m_odd, br, bc, bool(xt))
+def _decomp_ce(fmt, profile, outlier, macro, p, m_odd, br, bc, xt=False, src="float32"):
+    key = (fmt, profile, outlier, macro, p, m_odd, br, bc, bool(xt), src)
     hit = _DECOMP_CE.get(key)
     if hit is None:
         ce = qdq_constexprs(fmt, profile, "float32", rows=True, with_codes=True,
                             out_dtype="float32", block_rows=br, block_cols=bc)
         ce.update(OUTLIER=OUTLIER_RULES[outlier], MACRO=int(macro or 0), P=int(p),
-                  M_ODD=int(m_odd), BL_M=int(m_odd).bit_length(), XT=bool(xt))
+                  M_ODD=int(m_odd), BL_M=int(m_odd).bit_length(), XT=bool(xt),
+                  SRC=_DECOMP_SRC[src])
         names = decomp_qdq_kernel.arg_names
         ce = {k: ce[k] for k in names[9:]}
         hit = _DECOMP_CE[key] = (ce, tuple(ce[k] for k in names[9:]))
@@ -451,12 +508,14 @@ def _decomp_ce(fmt, profile, outlier, macro, p, m_odd, br, bc, xt=False):
 
 
 def _tau_tensor(tau: float, device) -> torch.Tensor:
-    """tau as one fp64 on the device, cached (no host copy per call: a CUDA graph can hold
-    the launch)."""
+    """[tau, fl64(1 / tau)] as fp64 on the device (1 / 0 = inf), cached (no host copy per
+    call: a CUDA graph can hold the launch)."""
     key = (float(tau), str(device))
     t = _TAU.get(key)
     if t is None:
-        t = _TAU[key] = torch.tensor([float(tau)], dtype=torch.float64).to(device)
+        tau = float(tau)
+        rtau = 1.0 / tau if tau != 0 else float("inf")      # IEEE division: RN
+        t = _TAU[key] = torch.tensor([tau, rtau], dtype=torch.float64).to(device)
     return t
 
 
@@ -467,14 +526,15 @@ def decomp_qdq(t: torch.Tensor, spec):
     times S_M, passthrough put back): scales uint8 [R, C / 32], codes uint8 [R, C], values fp32
     [R, C], passthrough bool [R, C] (None without an outlier rule), macro_scales fp32
     [R, C / macro] (None without macro), all contiguous. t is contiguous or a transposed view
-    of a contiguous tensor (x.t(): read in place, no transposed copy)."""
+    of a contiguous tensor (x.t(): read in place, no transposed copy), float32 or bfloat16 (read
+    as it is: the same bits as its float32 copy, without the copy)."""
     from mxkernels.torch_fast import MACRO_P
     from mxref.decompose import grid_facts
     from mxref.formats import get_format
-    if not (isinstance(t, torch.Tensor) and t.dtype == torch.float32 and t.ndim == 2 and
-            (t.is_contiguous() or t.t().is_contiguous())):
-        raise KernelUnsupported("decomp_qdq takes a 2-D float32 tensor, contiguous or the "
-                                "transpose of a contiguous one")
+    if not (isinstance(t, torch.Tensor) and t.dtype in (torch.float32, torch.bfloat16) and
+            t.ndim == 2 and (t.is_contiguous() or t.t().is_contiguous())):
+        raise KernelUnsupported("decomp_qdq takes a 2-D float32 or bfloat16 tensor, contiguous "
+                                "or the transpose of a contiguous one")
     xt = not t.is_contiguous()
     R, C = t.shape
     if not decomp_supports(spec, C):
@@ -484,10 +544,11 @@ def decomp_qdq(t: torch.Tensor, spec):
     p = MACRO_P[spec.macro_scale_dtype] if macro else 8
     m_odd = int(grid_facts(f).m_odd) if macro else 1
     bc = max(128, macro)
-    br = 32
+    src = "bfloat16" if t.dtype == torch.bfloat16 else "float32"
+    br, warps = DECOMP_TILES[(xt, src)]
     if br * C >= 2**31:
         raise KernelUnsupported(f"decomp_qdq: {C} columns is too wide for int32 tile offsets")
-    ce = _decomp_ce(spec.fmt, spec.profile, spec.outlier, macro, p, m_odd, br, bc, xt)
+    ce = _decomp_ce(spec.fmt, spec.profile, spec.outlier, macro, p, m_odd, br, bc, xt, src)
     dev = t.device
     values = torch.empty((R, C), dtype=torch.float32, device=dev)
     scales = torch.empty((R, C // 32), dtype=torch.uint8, device=dev)
@@ -497,8 +558,8 @@ def decomp_qdq(t: torch.Tensor, spec):
     tau = _tau_tensor(spec.outlier_tau if spec.outlier else 0.0, dev)
     if R and C:
         launch_cached(decomp_qdq_kernel, triton.cdiv(R, br) * triton.cdiv(C, bc), ce,
-                      None if INTERPRETED else 4,
-                      ((t.t() if xt else t).view(torch.int32), tau, values, scales, codes,
+                      None if INTERPRETED else warps,
+                      ((t.t() if xt else t).view(_VIEW[src]), tau, values, scales, codes,
                        pt, sm, R, C), 7,
                       enable_fp_fusion=False)
     return (scales, codes, values, pt.view(torch.bool) if spec.outlier else None,
@@ -590,6 +651,32 @@ def vector_qdq(t: torch.Tensor, bounds: torch.Tensor | None = None, *, write_y: 
     return codes, values, s, y, res
 
 
+_INT_OF_SIZE = {2: torch.int16, 4: torch.int32}
+
+
+def transpose_contiguous(t: torch.Tensor) -> torch.Tensor:
+    """A contiguous copy of the 2-D transposed view t (t.t() contiguous) of a 16- or 32-bit
+    dtype (bf16 / fp16 / fp32 / int), by one tiled transpose (transpose_kernel; torch's copy of
+    a transposed view writes with a stride: 6x a plain copy's time on an H200). A contiguous
+    t comes back as it is."""
+    if not (isinstance(t, torch.Tensor) and t.ndim == 2 and t.element_size() in _INT_OF_SIZE
+            and not t.is_complex() and (t.is_contiguous() or t.t().is_contiguous())):
+        raise KernelUnsupported("transpose_contiguous takes a 2-D tensor of 2- or 4-byte "
+                                "elements, contiguous or the transpose of a contiguous one")
+    if t.is_contiguous():
+        return t
+    R, C = t.shape
+    out = torch.empty((R, C), dtype=t.dtype, device=t.device)
+    if R and C:
+        T = 64
+        it = _INT_OF_SIZE[t.element_size()]
+        src = t.t()                                          # contiguous [C, R]
+        transpose_kernel[(triton.cdiv(C, T) * triton.cdiv(R, T),)](
+            src.view(it), out.view(it), C, R, T=T,
+            **({} if INTERPRETED else {"num_warps": 4}))
+    return out
+
+
 def split3_bf16(x: torch.Tensor):
     """(x1, x2, x3) bf16 of x's shape with x = x1 + x2 + x3 exactly for a contiguous fp32 x
     (see :data:`split3_bf16_kernel`): one pass, read 4 bytes and write 6 per element."""
@@ -634,22 +721,31 @@ def scale_outer(x: torch.Tensor, ra: torch.Tensor | None = None, rb: torch.Tenso
 
 def aot_specs():
     """[(id, jitfn, signature, constexprs)]: decomp (outlier + macro 128, each alone, macro 256)
-    for MXFP4 and MXFP8, and a transposed input; the radix pass at the first and last digit and the pick step."""
+    for MXFP4 and MXFP8, a transposed input, bf16 sources (contiguous and transposed); the
+    radix pass at the first and last digit and the pick step."""
     out = []
     names = decomp_qdq_kernel.arg_names
     rt = {"x_ptr": "*i32", "tau_ptr": "*fp64", "out_ptr": "*fp32", "scale_ptr": "*u8",
           "code_ptr": "*u8", "pt_ptr": "*u8", "sm_ptr": "*fp32", "n_rows": "i32",
           "n_cols": "i32"}
-    for fmt, outlier, macro, xt in (("mxfp4", "topk", 128, False), ("mxfp4", "topk", 0, False),
-                                    ("mxfp4", None, 128, False),
-                                    ("mxfp8_e4m3", "block", 256, False),
-                                    ("mxfp4", "topk", 128, True)):
+    for fmt, outlier, macro, xt, src in (
+            ("mxfp4", "topk", 128, False, "float32"), ("mxfp4", "topk", 0, False, "float32"),
+            ("mxfp4", None, 128, False, "float32"),
+            ("mxfp8_e4m3", "block", 256, False, "float32"),
+            ("mxfp4", "topk", 128, True, "float32"), ("mxfp4", "topk", 128, False, "bfloat16"),
+            ("mxfp4", "topk", 128, True, "bfloat16")):
         bc = max(128, macro)
-        ce, _ = _decomp_ce(fmt, "ocp", outlier, macro, 8, 3 if fmt == "mxfp4" else 7, 32, bc,
-                           xt)
-        sig = {**rt, **{k: "constexpr" for k in ce}}
-        out.append((f"decomp_qdq-{fmt}-{outlier}-m{macro}{'-xt' if xt else ''}",
+        ce, _ = _decomp_ce(fmt, "ocp", outlier, macro, 8, 3 if fmt == "mxfp4" else 7,
+                           DECOMP_TILES[(xt, src)][0], bc, xt, src)
+        sig = {**rt, "x_ptr": "*i16" if src == "bfloat16" else "*i32",
+               **{k: "constexpr" for k in ce}}
+        out.append((f"decomp_qdq-{fmt}-{outlier}-m{macro}{'-xt' if xt else ''}"
+                    f"{'-bf16' if src == 'bfloat16' else ''}",
                     decomp_qdq_kernel, {k: sig[k] for k in names}, dict(ce)))
+    for bits in (16, 32):
+        out.append((f"transpose{bits}", transpose_kernel,
+                    {"x_ptr": f"*i{bits}", "y_ptr": f"*i{bits}", "n_rows": "i32",
+                     "n_cols": "i32", "T": "constexpr"}, {"T": 64}))
     for shift in (16, 0):
         ce = {"SHIFT": shift, "BLOCK": _SELECT_BLOCK}
         sig = {"cand_ptr": "*i32", "cnt_ptr": "*i32", "state_ptr": "*i64", "hist_ptr": "*i32",

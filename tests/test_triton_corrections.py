@@ -166,6 +166,112 @@ def test_decomp_qdq_rows_beyond_a_tile_and_empty(tc):
     assert v.shape == (0, 256) and s.shape == (0, 8) and sm.shape == (0, 2)
 
 
+def _bf16(x: np.ndarray) -> np.ndarray:
+    """fp32 x rounded to bf16 (RNE on the bits, mxref's), as fp32."""
+    return (C.bf16_rne_bits(x.view(np.uint32)).astype(np.uint32) << np.uint32(16)).view(
+        np.float32)
+
+
+@pytest.mark.parametrize("name", ["decomp-fixed", "outlier-only", "macro-only", "block-rule",
+                                  "tau-third"])
+def test_decomp_qdq_reads_bf16(tc, name):
+    """A bf16 operand (what the training path hands over under autocast: no fp32 copy first),
+    contiguous and as a transposed view, gives mxref's results on its fp32 value; the kept
+    passthrough value is the element itself."""
+    mod, dev = tc
+    spec = SPECS[name]
+    x = _bf16(_edge_operand())
+    want = _expected(x, spec)
+    if spec.outlier is not None:
+        assert want[3].any() and not want[3].all()
+    assert not (x.view(np.uint32) & 0xFFFF).any()                   # exact in bf16
+    xb = torch.from_numpy((x.view(np.uint32) >> 16).astype(np.uint16).view(np.int16)).view(
+        torch.bfloat16)                                                # the bits, no cast
+    _check(mod.decomp_qdq(xb.to(dev), spec), want)
+    view = xb.t().contiguous().to(dev).t()
+    assert not view.is_contiguous()
+    _check(mod.decomp_qdq(view, spec), want)
+
+
+@pytest.mark.parametrize("shape", [(1, 1), (3, 70), (64, 64), (130, 65), (200, 1000)])
+def test_transpose_contiguous_is_the_transpose(tc, shape):
+    """transpose_contiguous of a transposed view of 2- or 4-byte elements (bf16, fp16, fp32
+    with NaN payloads and -0: bits moved, never converted) equals torch's contiguous copy bit
+    for bit (ragged tiles both ways, one element); a contiguous tensor comes back as it is;
+    anything else is refused."""
+    mod, dev = tc
+    R, C = shape
+    g = torch.Generator().manual_seed(R * 1000 + C)
+    for dtype, it in ((torch.bfloat16, torch.int16), (torch.float16, torch.int16),
+                      (torch.float32, torch.int32)):
+        info = torch.iinfo(it)
+        x = torch.randint(info.min, info.max, (C, R), generator=g, dtype=it).view(dtype)
+        v = x.to(dev).t()
+        y = mod.transpose_contiguous(v)
+        assert y.is_contiguous() and y.dtype == dtype and y.shape == (R, C)
+        assert torch.equal(y.view(it).cpu(), v.contiguous().view(it).cpu())
+    c = torch.zeros((4, 6), dtype=torch.bfloat16, device=dev)
+    assert mod.transpose_contiguous(c) is c
+    assert mod.transpose_contiguous(c[:0].t()).shape == (6, 0)
+    for bad in (torch.zeros((4, 6), dtype=torch.float64, device=dev).t(), c[:, ::2], c[None],
+                torch.zeros((4, 6), dtype=torch.uint8, device=dev).t()):
+        with pytest.raises(mod.KernelUnsupported):
+            mod.transpose_contiguous(bad)
+
+
+def test_planted_transpose_bug_is_caught(tmp_path):
+    """The transpose test can fail: the store's row index off by one tile row."""
+    bad = _planted(tmp_path, "tl.store(y_ptr + (c.to(tl.int64)[:, None] * n_rows + r[None, :])",
+                   "tl.store(y_ptr + (c.to(tl.int64)[:, None] * n_rows + "
+                   "(r[None, :] ^ 1))")
+    with pytest.raises(AssertionError):
+        test_transpose_contiguous_is_the_transpose((bad, "cpu"), (130, 65))
+
+
+def _threshold_case(tau: float, g) -> tuple[np.ndarray, list[int]]:
+    """Blocks that sit on the tau rule's boundary: amax A, 15 elements far below A / tau, 15
+    between T and A (not below), and one element at T - 1 ulp (below: 16 below, flagged) or
+    at T (not below: 15, not flagged), T the smallest fp32 with fl64(tau T) >= A, found here
+    by a scan of the exact fl64 test. Returns the [rows, 128] operand and T - t0 per block
+    (t0 = fl32(A * fl64(1 / tau)), the kernel's first guess)."""
+    rows, offs = [], []
+    for _ in range(8):
+        blocks = []
+        for below in (True, False, True, False):
+            A = np.float32(g.integers(1 << 23, 1 << 24)) * np.float32(2.0 ** g.integers(-40, 20))
+            t0 = int(np.float32(np.float64(A) * (1.0 / tau)).view(np.int32))
+            T = next(c for c in range(t0 - 3, t0 + 4) if not (
+                np.float64(tau) * np.float64(np.int32(c).view(np.float32)) < np.float64(A)))
+            offs.append(T - t0)
+            Tf = np.int32(T).view(np.float32)
+            lo = np.float32(Tf / np.float32(4)) * g.uniform(0.5, 1.0, 15).astype(np.float32)
+            hi = (Tf + (A - Tf) * g.uniform(0.0, 1.0, 15)).astype(np.float32)
+            hi = np.clip(hi, Tf, A)
+            edge = np.int32(T - 1 if below else T).view(np.float32)
+            blk = np.concatenate([[A], lo, hi, [edge]]).astype(np.float32)
+            blocks.append(g.permutation(blk) * np.where(g.random(32) < 0.5, -1, 1))
+        rows.append(np.concatenate(blocks))
+    return np.ascontiguousarray(np.stack(rows).astype(np.float32)), offs
+
+
+def test_decomp_tau_threshold_is_exact(tc):
+    """The per-block integer threshold T (fl64(tau a) < amax iff a < T) on blocks one ulp
+    either side of it, for taus with many significand bits: flags exactly what mxref flags,
+    with both first guesses (T = t0 and T = t0 + 1) reached."""
+    mod, dev = tc
+    g = np.random.default_rng(11)
+    seen = set()
+    for tau in (10.0, 1.0 / 0.3, float(np.pi) * 3, 7.000000000000001, 1.5, 97.31):
+        x, offs = _threshold_case(tau, g)
+        seen.update(offs)
+        spec = dataclasses.replace(DEC, macro=None, outlier_tau=tau)
+        want = _expected(x, spec)
+        flagged = want[3].reshape(-1, 32).any(axis=1)
+        assert flagged.any() and not flagged.all()
+        _check(mod.decomp_qdq(torch.from_numpy(x.copy()).to(dev), spec), want)
+    assert {0, 1} <= seen
+
+
 def test_decomp_supports_and_rejects():
     from mxkernels.triton_common import KernelUnsupported
     from mxkernels.triton_corrections import decomp_qdq, decomp_supports
@@ -176,8 +282,10 @@ def test_decomp_supports_and_rejects():
     assert not decomp_supports(dataclasses.replace(DEC, rounding="sr"))
     assert not decomp_supports(dataclasses.replace(DEC, outlier=None, macro=None))
     assert not decomp_supports(dataclasses.replace(DEC, fmt="nvfp4", profile="te_nvfp4"))
-    with pytest.raises(KernelUnsupported, match="float32"):
-        decomp_qdq(torch.zeros((2, 128), dtype=torch.bfloat16), DEC)
+    with pytest.raises(KernelUnsupported, match="float32 or bfloat16"):
+        decomp_qdq(torch.zeros((2, 128), dtype=torch.float16), DEC)
+    with pytest.raises(KernelUnsupported, match="transpose of a contiguous"):
+        decomp_qdq(torch.zeros((4, 256))[:, ::2], DEC)
     with pytest.raises(KernelUnsupported, match="96 columns"):
         decomp_qdq(torch.zeros((2, 96)), DEC)
 
@@ -298,12 +406,13 @@ def _planted(tmp_path, old: str, new: str):
 
 @pytest.mark.parametrize("old, new", [
     # a non-strict tau test flags the block sitting exactly on tau * median
-    ("below = (af * tau) < amax", "below = (af * tau) <= amax"),
+    ("count = tl.reduce((a3 < thr[:, :, None])", "count = tl.reduce((a3 <= thr[:, :, None])"),
     # the last tied maximum instead of the first
     ("first = tl.reduce(tl.where(a3 == amax[:, :, None], j, 32), 2, _min)",
      "first = -tl.reduce(tl.where(a3 == amax[:, :, None], -j, 1), 2, _min)"),
     # S_M rounded down instead of up
-    ("s_int = (num + den - 1) // den", "s_int = num // den"),
+    ("s_int = (((num + (1 << k) - 1) >> k) + (M_ODD - 1)) // M_ODD",
+     "s_int = (num >> k) // M_ODD"),
     # NaN / Inf counted in the macro amax
     ("af = tl.where(a < 0x7F800000, a, 0)", "af = a"),
     # an approximate division
@@ -316,6 +425,22 @@ def test_planted_decomp_bug_is_caught(tmp_path, old, new):
     want = _expected(x, DEC)
     with pytest.raises(AssertionError):
         _check(bad.decomp_qdq(torch.from_numpy(x.copy()), DEC), want)
+
+
+@pytest.mark.parametrize("old, new", [
+    # the window without t0 + 1 (a threshold one ulp too high whenever T = t0 + 1)
+    ("for k in tl.static_range(3):\n        c = tl.maximum(t0 + (1 - k), 0)",
+     "for k in tl.static_range(1, 3):\n        c = tl.maximum(t0 + (1 - k), 0)"),
+    # the first guess taken as the threshold
+    ("    return thr\n", "    return t0\n"),
+    # the threshold's exact test in fp32 instead of fp64
+    ("below = (c.to(tl.float32, bitcast=True).to(tl.float64) * tau) < amax_d",
+     "below = (c.to(tl.float32, bitcast=True) * tau.to(tl.float32)) < amax_d"),
+])
+def test_planted_threshold_bug_is_caught(tmp_path, old, new):
+    bad = _planted(tmp_path, old, new)
+    with pytest.raises(AssertionError):
+        test_decomp_tau_threshold_is_exact((bad, "cpu"))
 
 
 def test_planted_transposed_read_is_caught(tmp_path):
@@ -422,12 +547,75 @@ def test_layer_on_triton_equals_torch_and_passes_in_run_checks(recipe, device, m
                                       b.detach().cpu().numpy().view(np.uint32))
     if recipe.startswith("decomp"):
         assert calls == {"decomp_qdq": 6, "occ_bounds": 0, "vector_qdq": 0}
-        # the backward's W^T, dy^T and x^T are read in place, not copied to transposes
-        assert views == [False, False, False, True, True, True]
+        # the backward's W^T, dy^T and x^T reach the launch made contiguous by the tiled
+        # transpose (test_layer_hands_bf16_over_under_autocast: or read in place)
+        assert views == [False] * 6
     else:                   # x (OCC) and W (DGE) in the forward
         assert calls == {"decomp_qdq": 0, "occ_bounds": 1, "vector_qdq": 2}
     recs = check_capture(mt, gemm_check="bound")
     assert recs and all(r.ok for r in recs), [r for r in recs if not r.ok]
+
+
+@pytest.mark.parametrize("recipe, view", [("decomp-fixed", False), ("decomp-fixed", True),
+                                          ("ms-fp4", False)])
+def test_layer_hands_bf16_over_under_autocast(recipe, view, monkeypatch):
+    """Under bf16 autocast the generic path hands bf16 over as it is: decomp's fused launch
+    gets x and dy without fp32 copies (W^T, dy^T and x^T made contiguous by the tiled
+    transpose, or with DECOMP_VIEW_READ read in place; W stays fp32), and
+    ms-fp4's dual launch gets a bf16 dy outside capture steps. A capture step and a plain
+    step both give the torch backend's output and gradients bit for bit, and the capture
+    step's in-run checks pass."""
+    from mxkernels.training import mxlinear as ML
+    from mxkernels.training import quant as Q
+    from mxkernels.training.validate import capture_next, check_capture
+    monkeypatch.setattr(ML, "DECOMP_VIEW_READ", [view])
+    tcm = Q.triton_module("triton_corrections", torch.device("cpu"))
+    seen, duals = [], []
+    real, real_dual = tcm.decomp_qdq, ML._dual_dy
+
+    def counted(t, spec):
+        seen.append((t.dtype, t.is_contiguous()))
+        return real(t, spec)
+
+    def dual(c, dy2):
+        out = real_dual(c, dy2)
+        duals.append((dy2.dtype, out is not None))
+        return out
+    monkeypatch.setattr(tcm, "decomp_qdq", counted)
+    monkeypatch.setattr(ML, "_dual_dy", dual)
+
+    def layer(backend, capture):
+        torch.manual_seed(3)
+        m = ML.MXLinear.from_linear(torch.nn.Linear(128, 256), recipe, backend=backend)
+        m.name = "blk.0.mlp"
+        if capture:
+            capture_next(m)
+        x = torch.randn(128, 128) * torch.exp(torch.randn(128, 1))
+        x[3, 7] = 300.0
+        x = x.to(torch.bfloat16).requires_grad_(True)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            y = m(x)
+        (y.float() * torch.linspace(-1, 1, 256)).sum().backward()
+        return m, x, y
+    bf, f32 = torch.bfloat16, torch.float32
+    for capture in (True, False):
+        seen.clear()
+        duals.clear()
+        mt, xt, yt = layer("triton", capture)
+        # fprop x, W; dgrad dy, W^T; wgrad dy^T, x^T
+        assert seen == ([] if recipe == "ms-fp4" else
+                        [(bf, True), (f32, True), (bf, True), (f32, not view), (bf, not view),
+                         (bf, not view)])
+        if recipe == "ms-fp4":      # dy stays bf16 only where the dual launch takes it
+            assert duals == [(f32, False)] if capture else [(bf, True)]
+        mr, xr, yr = layer("torch", capture)
+        for a, b in ((yt, yr), (xt.grad, xr.grad), (mt.weight.grad, mr.weight.grad)):
+            assert a.dtype == b.dtype
+            assert torch.equal(a.view(torch.int16 if a.dtype == bf else torch.int32),
+                               b.view(torch.int16 if b.dtype == bf else torch.int32))
+        if capture:
+            recs = check_capture(mt, gemm_check="bound")
+            assert recs and all(r.ok for r in recs), [r for r in recs if not r.ok]
 
 
 def test_tf32_and_split_gemm_rules():
@@ -668,6 +856,16 @@ def test_dual_dy_equals_two_quantizations(device):
     for q, src in ((pre[0], t), (pre[1], t.t().contiguous())):
         want = Q.quantize_operand(src, spec, "triton").values
         assert q.values.shape == want.shape
+        np.testing.assert_array_equal(q.values.cpu().numpy().view(np.uint32),
+                                      want.cpu().numpy().view(np.uint32))
+    # a bf16 dy (autocast) is read as it is: the same bits as its fp32 value's, and the
+    # backward keeps it bf16 for this recipe (not an fp32 one)
+    tb = torch.from_numpy((_bf16(dy).view(np.uint32) >> 16).astype(np.uint16).view(
+        np.int16)).view(torch.bfloat16).to(device)
+    pre_b = M._dual_dy(c, tb)
+    assert pre_b is not None and M._dy_stays_bf16(c, tb) and not M._dy_stays_bf16(c, t)
+    for q, src in ((pre_b[0], tb.float()), (pre_b[1], tb.float().t().contiguous())):
+        want = Q.quantize_operand(src, spec, "triton").values
         np.testing.assert_array_equal(q.values.cpu().numpy().view(np.uint32),
                                       want.cpu().numpy().view(np.uint32))
     assert M._dual_dy(c, t[:, :48].contiguous()) is None          # 48 columns: ragged block

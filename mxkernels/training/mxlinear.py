@@ -193,14 +193,20 @@ def _operand(ctx: _Ctx, gemm: str, side: str, t: torch.Tensor, spec: OperandSpec
     """Rotate (if the GEMM rotates) and quantize one operand; returns (QOperand or None, hp
     tensor fed to the GEMM when unquantized). ``signs``: the host (numpy) copy of signs_t,
     which the triton backend's rotation kernel takes. An operand that stays high precision
-    and unrotated keeps its layout (a transposed view stays one: the GEMMs take either), and
-    so does one that the fused decomp launch reads in place (the backward's W^T, dy^T, x^T)."""
-    t = t.to(torch.float32)
-    if (spec.fmt is not None or signs_t is not None) and not (
-            signs_t is None and _decomp_reads_view(ctx, spec, t)):
-        t = t.contiguous()
+    and unrotated keeps its layout (a transposed view stays one: the GEMMs take either). The
+    fused decomp launch takes fp32 or bf16 as it is, and the backward's transposed W^T, dy^T
+    and x^T after one tiled transpose (or in place: DECOMP_VIEW_READ)."""
+    if signs_t is None and _decomp_takes(ctx, spec, t):
+        # the fused decomp launch reads fp32 or bf16 as it is (no fp32 copy of bf16); a
+        # transposed view after one tiled transpose (or, DECOMP_VIEW_READ, in place)
+        if not t.is_contiguous() and not DECOMP_VIEW_READ[0]:
+            t = Q.triton_module("triton_corrections", t.device).transpose_contiguous(t)
+    else:
+        t = t.to(torch.float32)
+        if spec.fmt is not None or signs_t is not None:
+            t = t.contiguous()
     if rec is not None:
-        rec["input"] = _np(t)
+        rec["input"] = _np(t.to(torch.float32))
     if signs_t is not None and ctx.backend == "triton" and Q.fused_rotation_ok(spec):
         # one kernel rotates and quantizes (the rotated operand is not needed: quantized)
         q = Q.quantize_rotated_operand(t, spec, n, signs)
@@ -222,12 +228,19 @@ def _operand(ctx: _Ctx, gemm: str, side: str, t: torch.Tensor, spec: OperandSpec
     return q, t
 
 
-def _decomp_reads_view(ctx: _Ctx, spec: OperandSpec, t: torch.Tensor) -> bool:
-    """Whether t is a transposed view that triton_corrections.decomp_qdq quantizes in place
-    (quant._quantize_operand's decomp branch takes it as it is: decomp_supports accepts only
-    block-scaled specs with an outlier rule or macro scaling, no clamp)."""
-    return ctx.backend == "triton" and t.ndim == 2 and not t.is_contiguous() and \
-        t.t().is_contiguous() and \
+# whether a transposed view goes to the decomp launch as it is (its transposed read: 296 us
+# for a 16384 x 2048 fp32 operand on an H200, 2.4x the row read's 124) or made contiguous by
+# one tiled transpose first (triton_corrections.transpose_contiguous; bench/gpu_decomp.py)
+DECOMP_VIEW_READ = [False]
+
+
+def _decomp_takes(ctx: _Ctx, spec: OperandSpec, t: torch.Tensor) -> bool:
+    """Whether t goes to triton_corrections.decomp_qdq as it is, without an fp32 copy (the
+    triton backend, a 2-D fp32 or bf16 operand that is contiguous or a transposed view, a
+    spec that decomp_supports: block-scaled with an outlier rule or macro scaling, no clamp)."""
+    return ctx.backend == "triton" and t.ndim == 2 and spec.fmt is not None and \
+        t.dtype in (torch.float32, torch.bfloat16) and \
+        (t.is_contiguous() or t.t().is_contiguous()) and \
         Q.triton_module("triton_corrections", t.device).decomp_supports(spec, t.shape[1])
 
 
@@ -576,7 +589,9 @@ class _MXLinearFn(torch.autograd.Function):
         r = c.recipe
         _A_MEMO.clear()                 # the forward's x operands are not needed again
         xs, ws, dge, *stored = ctx.saved_tensors
-        dy2 = dy.reshape(-1, dy.shape[-1]).to(torch.float32)
+        dy2 = dy.reshape(-1, dy.shape[-1])
+        if not _dy_stays_bf16(c, dy2):
+            dy2 = dy2.to(torch.float32)
         n_fwd = r.fprop.hadamard_n
         dx = dw = db = None
         pre = _dual_dy(c, dy2) if ctx.needs_input_grad[0] and ctx.needs_input_grad[1] \
@@ -599,7 +614,7 @@ class _MXLinearFn(torch.autograd.Function):
                 dw = dw * dge
             dw = dw.to(ctx.w_dtype)
         if ctx.has_bias and ctx.needs_input_grad[2]:
-            db = dy2.sum(0)
+            db = dy2.to(torch.float32).sum(0)
         if c.capture is not None and "wgrad" in c.capture and "dgrad" in c.capture:
             c.capture["complete"] = True
             c.layer._capture_done = c.capture
@@ -607,13 +622,21 @@ class _MXLinearFn(torch.autograd.Function):
         return dx, dw, db, None
 
 
-def _dual_dy(c: _Ctx, dy2: torch.Tensor):
-    """(Dgrad's A, Wgrad's A) from one read of dy [M, N] where both GEMMs quantize dy the same
-    plain MX way (ms-fp4's E5M2): triton_fast.quantize_dequantize with rows and columns, bit
-    for bit the two separate quantizations (the second of dy^T, which it reads down the
-    columns instead of copying the transpose). None where that does not apply: another
-    backend, a capture step (its records take the separate path), a rotation, SR, a
-    correction, NVFP4, a GEMM other than the matmul, or a ragged block."""
+def _dy_stays_bf16(c: _Ctx, dy2: torch.Tensor) -> bool:
+    """Whether the backward hands a bf16 dy to both of its GEMMs as it is: each quantizes it
+    with the fused decomp launch, which reads bf16 (no fp32 copy of dy; the same bits)."""
+    r = c.recipe
+    if dy2.dtype != torch.bfloat16 or dy2.ndim != 2:
+        return False
+    if _dual_applies(c, dy2):
+        return True
+    return r.dgrad.hadamard == "none" and r.wgrad.hadamard == "none" and \
+        r.dgrad.gemm == "matmul" and r.wgrad.gemm == "matmul" and \
+        _decomp_takes(c, r.dgrad.a, dy2) and _decomp_takes(c, r.wgrad.a, dy2.t())
+
+
+def _dual_applies(c: _Ctx, dy2: torch.Tensor) -> bool:
+    """Whether :func:`_dual_dy` quantizes this dy (fp32 or bf16, read as it is)."""
     r = c.recipe
     spec = r.dgrad.a
     if c.backend != "triton" or c.capture is not None or \
@@ -623,13 +646,27 @@ def _dual_dy(c: _Ctx, dy2: torch.Tensor):
             r.wgrad.hadamard != "none" or get_format(spec.fmt).is_nvfp4 or \
             r.dgrad.gemm != "matmul" or r.wgrad.gemm != "matmul" or \
             dy2.ndim != 2 or dy2.shape[0] % 32 or dy2.shape[1] % 32 or \
-            dy2.dtype != torch.float32 or not dy2.is_contiguous():
-        return None
+            dy2.dtype not in (torch.float32, torch.bfloat16) or not dy2.is_contiguous():
+        return False
     tf = Q.triton_module("triton_fast", dy2.device)
     prof = Q._profile(spec).name
-    if not (tf.supports(spec.fmt, prof, "float32", -1) and tf.supports(spec.fmt, prof,
-                                                                        "float32", 0)):
+    src = "bfloat16" if dy2.dtype == torch.bfloat16 else "float32"
+    return tf.supports(spec.fmt, prof, src, -1) and tf.supports(spec.fmt, prof, src, 0)
+
+
+def _dual_dy(c: _Ctx, dy2: torch.Tensor):
+    """(Dgrad's A, Wgrad's A) from one read of dy [M, N] (fp32, or bf16 as it is) where both
+    GEMMs quantize dy the same plain MX way (ms-fp4's E5M2): triton_fast.quantize_dequantize
+    with rows and columns, bit for bit the two separate quantizations (the second of dy^T,
+    which it reads down the columns instead of copying the transpose). None where that does
+    not apply (:func:`_dual_applies`): another
+    backend, a capture step (its records take the separate path), a rotation, SR, a
+    correction, NVFP4, a GEMM other than the matmul, or a ragged block."""
+    if not _dual_applies(c, dy2):
         return None
+    spec = c.recipe.dgrad.a
+    tf = Q.triton_module("triton_fast", dy2.device)
+    prof = Q._profile(spec).name
     with Q._section(dy2.device):
         # values only: a matmul GEMM multiplies nothing else, and no record is made here
         rv, cv, _ = tf.quantize_dequantize(dy2, spec.fmt, prof, rows=True, cols=True,

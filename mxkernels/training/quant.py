@@ -465,7 +465,8 @@ def _vector_triton(t: torch.Tensor, spec: OperandSpec) -> QOperand:
 
 def quantize_operand(t: torch.Tensor, spec: OperandSpec, backend: str, *, sr_seed: int | None = 0
                      ) -> QOperand:
-    """Quantize the fp32 operand t [R, C] along its last axis per ``spec``."""
+    """Quantize the fp32 operand t [R, C] along its last axis per ``spec`` (bf16 t only where
+    the fused decomp launch takes it: the same bits as its fp32 value)."""
     with _section(t.device):
         return _quantize_operand(t, spec, backend, sr_seed)
 
@@ -487,11 +488,12 @@ def _quantize_operand(t, spec, backend, sr_seed):
         return QOperand(v, None, codes, None, s, extra, True)
     f = get_format(spec.fmt)
     if backend == "triton" and (spec.outlier is not None or spec.macro is not None) and \
-            t.ndim == 2 and t.dtype == torch.float32 and \
+            t.ndim == 2 and t.dtype in (torch.float32, torch.bfloat16) and \
             (t.is_contiguous() or t.t().is_contiguous()) and \
             triton_module("triton_corrections", t.device).decomp_supports(spec, t.shape[1]):
         # outlier fallback + macro-block scaling + MX quantize-dequantize in one launch,
-        # bit for bit the chain below (a transposed view is read in place)
+        # bit for bit the chain below on t's fp32 value (a transposed view is read in place;
+        # bf16 is read as it is)
         s, c, v, pt, sm = triton_module("triton_corrections", t.device).decomp_qdq(t, spec)
         if pt is not None:
             extra["passthrough"] = pt
