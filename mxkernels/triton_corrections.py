@@ -496,8 +496,11 @@ def _decomp_ce(fmt, profile, outlier, macro, p, m_odd, br, bc, xt=False, src="fl
     key = (fmt, profile, outlier, macro, p, m_odd, br, bc, bool(xt), src)
     hit = _DECOMP_CE.get(key)
     if hit is None:
+        # qdq_constexprs checks tiles for both orientations (32 rows at least); this launch
+        # blocks along the rows only, so any power-of-two row count serves: BR set after
         ce = qdq_constexprs(fmt, profile, "float32", rows=True, with_codes=True,
-                            out_dtype="float32", block_rows=br, block_cols=bc)
+                            out_dtype="float32", block_rows=max(br, 32), block_cols=bc)
+        ce["BR"] = br
         ce.update(OUTLIER=OUTLIER_RULES[outlier], MACRO=int(macro or 0), P=int(p),
                   M_ODD=int(m_odd), BL_M=int(m_odd).bit_length(), XT=bool(xt),
                   SRC=_DECOMP_SRC[src])

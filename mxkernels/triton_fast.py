@@ -827,11 +827,10 @@ def qdq_constexprs(fmt, profile="ocp", src_dtype="bfloat16", *, rows=True, cols=
     if out_dtype not in ("bfloat16", "float32"):
         raise KernelUnsupported(f"out_dtype {out_dtype!r}: quantize_dequantize writes "
                                 "bfloat16 or float32")
-    # blocks along the rows need 32 columns; down the columns (cols) 32 rows too
     ce = fast_constexprs(fmt, profile, src_dtype, -1, block_rows=block_rows,
-                         block_cols=block_cols, dual=bool(cols))
-    for k in ("PACKED", "LAYOUT", "TINY_BRANCH", "AXIS"):
-        ce.pop(k, None)
+                         block_cols=block_cols, dual=True)
+    for k in ("PACKED", "LAYOUT", "TINY_BRANCH"):
+        ce.pop(k)
     from mxkernels.triton_quant import element_constexprs
     ce.update(ROWS=bool(rows), COLS=bool(cols), WRITE_Q=bool(with_codes),
               OUT_BF16=out_dtype == "bfloat16",
