@@ -522,6 +522,26 @@ def _tau_tensor(tau: float, device) -> torch.Tensor:
     return t
 
 
+@functools.lru_cache(maxsize=256)
+def _decomp_plan(spec, C: int, br: int, xt: bool, src: str):
+    """(constexprs, macro size or 0, tile columns) of decomp_qdq_kernel for spec at C columns,
+    computed once per argument tuple (the format's grid facts take ~0.1 ms of Fraction
+    arithmetic: more than the launch)."""
+    from mxkernels.torch_fast import MACRO_P
+    from mxref.decompose import grid_facts
+    from mxref.formats import get_format
+    if not decomp_supports(spec, C):
+        raise KernelUnsupported(f"decomp_qdq does not implement {spec} for {C} columns")
+    macro = spec.macro or 0
+    p = MACRO_P[spec.macro_scale_dtype] if macro else 8
+    m_odd = int(grid_facts(get_format(spec.fmt)).m_odd) if macro else 1
+    bc = max(128, macro)
+    if br * C >= 2**31:
+        raise KernelUnsupported(f"decomp_qdq: {C} columns is too wide for int32 tile offsets")
+    return _decomp_ce(spec.fmt, spec.profile, spec.outlier, macro, p, m_odd, br, bc, xt,
+                      src), macro, bc
+
+
 def decomp_qdq(t: torch.Tensor, spec):
     """``(scales, codes, values, passthrough, macro_scales)`` of the fp32 operand t [R, C]
     under ``spec`` (see :func:`decomp_supports`), bit for bit the torch chain of
@@ -531,27 +551,15 @@ def decomp_qdq(t: torch.Tensor, spec):
     [R, C / macro] (None without macro), all contiguous. t is contiguous or a transposed view
     of a contiguous tensor (x.t(): read in place, no transposed copy), float32 or bfloat16 (read
     as it is: the same bits as its float32 copy, without the copy)."""
-    from mxkernels.torch_fast import MACRO_P
-    from mxref.decompose import grid_facts
-    from mxref.formats import get_format
     if not (isinstance(t, torch.Tensor) and t.dtype in (torch.float32, torch.bfloat16) and
             t.ndim == 2 and (t.is_contiguous() or t.t().is_contiguous())):
         raise KernelUnsupported("decomp_qdq takes a 2-D float32 or bfloat16 tensor, contiguous "
                                 "or the transpose of a contiguous one")
     xt = not t.is_contiguous()
     R, C = t.shape
-    if not decomp_supports(spec, C):
-        raise KernelUnsupported(f"decomp_qdq does not implement {spec} for {C} columns")
-    f = get_format(spec.fmt)
-    macro = spec.macro or 0
-    p = MACRO_P[spec.macro_scale_dtype] if macro else 8
-    m_odd = int(grid_facts(f).m_odd) if macro else 1
-    bc = max(128, macro)
     src = "bfloat16" if t.dtype == torch.bfloat16 else "float32"
     br, warps = DECOMP_TILES[(xt, src)]
-    if br * C >= 2**31:
-        raise KernelUnsupported(f"decomp_qdq: {C} columns is too wide for int32 tile offsets")
-    ce = _decomp_ce(spec.fmt, spec.profile, spec.outlier, macro, p, m_odd, br, bc, xt, src)
+    ce, macro, bc = _decomp_plan(spec, C, br, xt, src)
     dev = t.device
     values = torch.empty((R, C), dtype=torch.float32, device=dev)
     scales = torch.empty((R, C // 32), dtype=torch.uint8, device=dev)
@@ -560,7 +568,7 @@ def decomp_qdq(t: torch.Tensor, spec):
     sm = torch.empty((R, C // macro), dtype=torch.float32, device=dev) if macro else values
     tau = _tau_tensor(spec.outlier_tau if spec.outlier else 0.0, dev)
     if R and C:
-        launch_cached(decomp_qdq_kernel, triton.cdiv(R, br) * triton.cdiv(C, bc), ce,
+        launch_cached(decomp_qdq_kernel, -(-R // br) * -(-C // bc), ce,
                       None if INTERPRETED else warps,
                       ((t.t() if xt else t).view(_VIEW[src]), tau, values, scales, codes,
                        pt, sm, R, C), 7,
