@@ -623,8 +623,9 @@ class _MXLinearFn(torch.autograd.Function):
 
 
 def _dy_stays_bf16(c: _Ctx, dy2: torch.Tensor) -> bool:
-    """Whether the backward hands a bf16 dy to both of its GEMMs as it is: each quantizes it
-    with the fused decomp launch, which reads bf16 (no fp32 copy of dy; the same bits)."""
+    """Whether the backward hands a bf16 dy to its GEMMs as it is (no fp32 copy of dy; the
+    same bits): ms-fp4's dual launch takes it (:func:`_dual_applies`), or both GEMMs quantize
+    it with the fused decomp launch, which reads bf16."""
     r = c.recipe
     if dy2.dtype != torch.bfloat16 or dy2.ndim != 2:
         return False
@@ -659,9 +660,9 @@ def _dual_dy(c: _Ctx, dy2: torch.Tensor):
     GEMMs quantize dy the same plain MX way (ms-fp4's E5M2): triton_fast.quantize_dequantize
     with rows and columns, bit for bit the two separate quantizations (the second of dy^T,
     which it reads down the columns instead of copying the transpose). None where that does
-    not apply (:func:`_dual_applies`): another
-    backend, a capture step (its records take the separate path), a rotation, SR, a
-    correction, NVFP4, a GEMM other than the matmul, or a ragged block."""
+    not apply (:func:`_dual_applies`): another backend, a capture step (its records take the
+    separate path), a rotation, SR, a correction, NVFP4, a GEMM other than the matmul, or a
+    ragged block."""
     if not _dual_applies(c, dy2):
         return None
     spec = c.recipe.dgrad.a
