@@ -443,6 +443,20 @@ def test_planted_threshold_bug_is_caught(tmp_path, old, new):
         test_decomp_tau_threshold_is_exact((bad, "cpu"))
 
 
+@pytest.mark.parametrize("old, new", [
+    # the transposed bf16 read widened one bit short
+    ("            b = b.to(tl.uint16, bitcast=True).to(tl.int32) << 16\n",
+     "            b = b.to(tl.uint16, bitcast=True).to(tl.int32) << 15\n"),
+    # a bf16 source's kept passthrough value one bf16 ulp off
+    ("            kept = b\n", "            kept = b + 0x10000\n"),
+])
+def test_planted_bf16_read_bug_is_caught(tmp_path, old, new):
+    """The bf16 test can fail: a wrong widening of the transposed read, a wrong kept value."""
+    bad = _planted(tmp_path, old, new)
+    with pytest.raises(AssertionError):
+        test_decomp_qdq_reads_bf16((bad, "cpu"), "decomp-fixed")
+
+
 def test_planted_transposed_read_is_caught(tmp_path):
     """The transposed-view test can fail: the view's rows read in reverse order."""
     bad = _planted(tmp_path, "b = tl.load(x_ptr + (cols.to(tl.int64)[None, :] * n_rows + "
